@@ -1,0 +1,5 @@
+"""MODAK: plan, render and deploy optimised AI training jobs on HPC targets.
+
+Every decision and every rendering lives in this package; it imports no Ansible.
+"""
+__version__ = "0.1.0"

@@ -1,0 +1,250 @@
+"""Typed data that flows between MODAK's stages.
+
+readers -> :class:`JobRequest`; planner -> :class:`Plan`; renderers -> text.
+Every model forbids unknown keys, so a typo is an error with its field path.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+
+from .validate import (Email, EnvName, HostName, JobName, MailEvents, NodeFeature, PackageSpec,
+                       QuotedText, SafePath, SchedName, UserName, WallTime)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Framework(str, Enum):
+    pytorch = "pytorch"
+    tensorflow = "tensorflow"
+    keras = "keras"
+    mxnet = "mxnet"
+    cntk = "cntk"
+    none = "none"
+
+
+class Scheduler(str, Enum):
+    slurm = "slurm"
+    pbs = "pbs"
+    local = "local"
+
+
+class Runtime(str, Enum):
+    apptainer = "apptainer"
+    podman = "podman"
+    charliecloud = "charliecloud"
+    none = "none"
+
+
+class Launcher(str, Enum):
+    none = "none"
+    srun = "srun"
+    mpirun = "mpirun"
+    torchrun = "torchrun"
+
+
+class Compiler(str, Enum):
+    """Graph compilers MODAK can switch on (the seed paper's XLA, nGraph, Glow, ...)."""
+    xla = "xla"
+    torch_compile = "torch.compile"
+    glow = "glow"
+    ngraph = "ngraph"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class Allocator(str, Enum):
+    glibc = "glibc"
+    tcmalloc = "tcmalloc"
+    jemalloc = "jemalloc"
+
+
+# ---------------------------------------------------------------------------
+# target (the system description: kept apart from the workload)
+class Accelerator(Strict):
+    vendor: Literal["nvidia", "amd", "fpga"] = Field(description="accelerator vendor")
+    model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_. -]{1,64}$",
+                                 description="e.g. V100, A100, H100")
+    count: PositiveInt = Field(1, description="accelerators per node")
+
+
+class Frontend(Strict):
+    host: HostName = Field("127.0.0.1", description="SSH front-end address")
+    port: int = Field(22, ge=1, le=65535)
+    user: Optional[UserName] = None
+    work_dir: SafePath = Field("modak-runs", description="work directory on the front-end "
+                               "(relative paths are under the user's home)")
+
+
+class Target(Strict):
+    """The system a job runs on: a cluster behind an SSH front-end, or one host."""
+    name: SchedName = "local"
+    scheduler: Scheduler = Scheduler.local
+    frontend: Frontend = Frontend()
+    partitions: tuple[SchedName, ...] = ()
+    cores_per_node: PositiveInt = Field(1, description="physical cores a job may use per node")
+    memory_gb: Optional[float] = Field(None, gt=0)
+    cpu_arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
+    microarchitecture: str = Field("x86_64", pattern=r"^[a-z0-9_]{1,32}$",
+                                   description="archspec name, e.g. skylake_avx512, zen4")
+    cpu_features: tuple[str, ...] = Field((), description="extra CPU flags, e.g. avx512_bf16")
+    accelerators: Optional[Accelerator] = None
+    container_runtime: Optional[Runtime] = Field(
+        None, description="default: apptainer on a cluster, none on a local target")
+    image_dir: SafePath = Field("modak-images", description="where images live on the front-end")
+    max_build_hours: float = Field(1.0, gt=0, description="longest image build MODAK may start "
+                                   "on the front-end (a framework source build takes hours)")
+    peak_gflops: Optional[float] = Field(None, gt=0)
+    memory_bandwidth_gbs: Optional[float] = Field(None, gt=0)
+
+
+# ---------------------------------------------------------------------------
+# the workload
+class Build(Strict):
+    src: QuotedText
+    build_command: QuotedText
+    build_parallelism: PositiveInt = 1
+
+
+class Application(Strict):
+    framework: Framework = Framework.none
+    framework_version: Optional[str] = Field(
+        None, pattern=r"^[0-9A-Za-z.*<>=!~, ]{1,64}$",
+        description="version or specifier: '2.1' matches 2.1.x but never 2.10")
+    keras_backend: Optional[Literal["tensorflow", "jax", "torch"]] = None
+    executable: SafePath = "python3"
+    script: Optional[SafePath] = None
+    arguments: tuple[QuotedText, ...] = ()
+    model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    dataset: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_./-]{1,255}$")
+    app_type: Literal["ai_training", "hpc"] = "ai_training"
+    mpi_ranks: PositiveInt = 1
+    threads: Optional[PositiveInt] = None
+    batch_size: Optional[PositiveInt] = None
+    build: Optional[Build] = None
+    user_image: Optional[str] = Field(
+        None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}$",
+        description="image the user named (old MODAK 'container_runtime')")
+    pip_packages: tuple[PackageSpec, ...] = ()
+
+
+class Optimisation(Strict):
+    enable_opt_build: bool = True
+    enable_autotuning: bool = False
+    cpu_type: Optional[Literal["x86", "arm", "amd", "power"]] = None
+    acc_type: Optional[Literal["nvidia", "amd", "fpga"]] = None
+    compilers: tuple[Compiler, ...] = Field(
+        (), description="graph compilers the user asks MODAK to consider")
+    compiler_modes: tuple[str, ...] = Field((), description="torch.compile modes to consider")
+    allow_reduced_precision: bool = False
+    allocators: tuple[Allocator, ...] = Field(
+        (), description="allocators to consider (default: every one the image provides)")
+
+
+class JobOptions(Strict):
+    job_name: JobName = "modak-job"
+    queue: Optional[SchedName] = None
+    partition: Optional[SchedName] = None
+    account: Optional[SchedName] = None
+    wall_time_limit: Optional[WallTime] = None
+    node_count: PositiveInt = 1
+    core_count: Optional[PositiveInt] = None
+    process_count_per_node: PositiveInt = 1
+    request_gpus: Optional[int] = Field(None, ge=0)
+    memory_gb: Optional[float] = Field(None, gt=0)
+    standard_output_file: Optional[SafePath] = None
+    standard_error_file: Optional[SafePath] = None
+    combine_stdout_stderr: bool = True
+    mail_events: MailEvents = ()
+    email_address: Optional[Email] = None
+    copy_environment: bool = False
+    copy_environment_variable: tuple[EnvName, ...] = ()
+    request_specific_nodes: Optional[NodeFeature] = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "JobOptions":
+        if self.mail_events and not self.email_address:
+            raise ValueError("email_address is required when event notification is requested")
+        if not self.combine_stdout_stderr and not self.standard_error_file:
+            raise ValueError("standard_error_file is required unless combine_stdout_stderr is true")
+        return self
+
+
+class JobRequest(Strict):
+    """What every reader produces: the same request from TOSCA or the MODAK DSL."""
+    source: str = Field(description="file the request was read from")
+    source_format: Literal["tosca", "modak-dsl"]
+    job: JobOptions = JobOptions()
+    application: Application = Application()
+    optimisation: Optimisation = Optimisation()
+    target: Target = Target()
+    environment: dict[EnvName, QuotedText] = Field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------
+# the plan
+class Configuration(Strict):
+    """One point of the optimisation space."""
+    image: str = Field(description="catalogue variant id")
+    compiler: Optional[str] = None  # a Compiler value, or "torch.compile:MODE"
+    threads: PositiveInt
+    allocator: Allocator = Allocator.glibc
+    precision: Precision = Precision.fp32
+
+    def label(self) -> str:
+        return (f"{self.image} compiler={self.compiler or 'off'} threads={self.threads} "
+                f"alloc={self.allocator.value} prec={self.precision.value}")
+
+
+class Prediction(Strict):
+    seconds: float
+    low: float
+    high: float
+    source: str = Field(description="what made the prediction (model id, measurements)")
+
+
+class Candidate(Strict):
+    configuration: Configuration
+    rank: int
+    score: float = Field(description="prior score (higher is better); used without predictions")
+    prediction: Optional[Prediction] = None
+    reason: str = Field(description="why it was chosen, or why it lost")
+
+
+class ImageInfo(Strict):
+    variant: str
+    name: str
+    tag: str
+    reference: str = Field(description="how the runtime refers to the built image")
+    base: str
+    flavour: str
+    recipe_file: str = Field(description="the recipe the chosen runtime builds")
+    recipes: dict[str, str] = Field(description="format -> file name")
+    content_hash: str
+    score_breakdown: tuple[tuple[str, float], ...]
+
+
+class Plan(Strict):
+    request: str
+    modak_version: str
+    chosen: Configuration
+    candidates: tuple[Candidate, ...]
+    decided_by: Literal["prior", "model", "measurements"]
+    image: ImageInfo
+    scheduler: Scheduler
+    runtime: Runtime
+    launcher: Launcher
+    environment: dict[str, str]
+    job_script: str
+    submit_command: tuple[str, ...]
+    target: Target
+    run_id: str
+    notes: tuple[str, ...] = ()

@@ -1,0 +1,145 @@
+"""From a request to a plan and its files: decide, then render.
+
+``make_plan`` is what ``modak plan`` and the Ansible action plugin call.  It
+returns the :class:`Plan` and the text of every file to write; writing them is
+the caller's business.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+from . import __version__
+from .catalogue import Catalogue, Variant, load_catalogue
+from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Scheduler
+from .planner import Decision, Predictor, decide
+from .render import RECIPE_FORMATS, content_hash, recipe_spec, render_job_script, render_recipe
+from .runtimes import RUNTIMES
+from .schedulers import SCHEDULERS
+from .shell import Word, join
+
+JOB_SCRIPT = "job.sh"
+FORMAT_RUNTIME = {"apptainer": "apptainer", "containerfile": "podman",
+                  "charliecloud": "charliecloud"}
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    plan: Plan
+    files: dict[str, str]  # file name -> text, including plan.json
+    decision: Decision
+
+
+def option_environment(cfg: Configuration, variant: Variant, request: JobRequest,
+                       cat: Catalogue) -> dict[str, str]:
+    """Environment variables that carry the chosen configuration to the workload."""
+    opts = cat.options
+    fw = request.application.framework.value
+    specific = f"{fw}@{variant.accelerator}"
+    env: dict[str, str] = {}
+
+    def add(tables: dict[str, dict[str, str]], **values: object) -> None:
+        # "all" always applies; "FRAMEWORK@ACCELERATOR" replaces "FRAMEWORK"
+        for name in ("all", specific if specific in tables else fw):
+            for key, value in tables.get(name, {}).items():
+                env[key] = value.format(**values)
+
+    add(opts.threads, threads=cfg.threads)
+    if cfg.compiler:
+        name, _, mode = cfg.compiler.partition(":")
+        add(opts.compilers.get(name, {}), mode=mode or "default")
+    if cfg.allocator.value != "glibc":
+        add(opts.allocator, path=variant.allocators[cfg.allocator], allocator=cfg.allocator.value)
+    add(opts.precision, precision=cfg.precision.value)
+    if request.application.keras_backend:
+        add(opts.keras_backend, backend=request.application.keras_backend)
+    return env
+
+
+def _launcher_words(launcher: Launcher, ranks: int, per_node: int) -> list[Word]:
+    if launcher == Launcher.srun:
+        return ["srun"]
+    if launcher == Launcher.mpirun:
+        return ["mpirun", "-np", str(ranks)]
+    if launcher == Launcher.torchrun:
+        return ["torchrun", "--standalone", f"--nproc-per-node={per_node}"]
+    return []
+
+
+def default_run_id(request: JobRequest) -> str:
+    data = request.model_dump_json(exclude={"source"})
+    return "r" + hashlib.sha256(data.encode()).hexdigest()[:11]
+
+
+def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
+              run_id: Optional[str] = None, ca_certs: bool = False,
+              catalogue: Optional[Catalogue] = None) -> PlanResult:
+    cat = catalogue or load_catalogue()
+    decision = decide(request, predictor, cat)
+    cfg, res = decision.chosen, decision.resources
+    variant = cat.variant(cfg.image)
+    target = request.target
+    runtime = RUNTIMES[decision.runtime.value]
+    scheduler = SCHEDULERS[target.scheduler.value]
+
+    # recipes: one description, every format
+    cuda_arch = None
+    if target.accelerators and target.accelerators.model in cat.gpus:
+        cuda_arch = cat.gpus[target.accelerators.model].cuda_arch
+    files: dict[str, str] = {}
+    hashes: dict[str, str] = {}
+    recipe_files: dict[str, str] = {}
+    for fmt, (_, filename) in RECIPE_FORMATS.items():
+        fmt_runtime = RUNTIMES[FORMAT_RUNTIME[fmt]]
+        spec = recipe_spec(variant, target.microarchitecture,
+                           fmt_runtime.base_reference(variant.base), ca_certs=ca_certs,
+                           cuda_arch=cuda_arch, extra_pip=request.application.pip_packages)
+        text = render_recipe(fmt, spec)
+        files[filename] = text
+        recipe_files[fmt] = filename
+        hashes[fmt] = content_hash(text, {"wheelhouse": spec.wheelhouse})
+    fmt = runtime.recipe_format or "containerfile"
+    digest = hashes[fmt]
+    name, tag = f"modak/{variant.id}", digest[:12]
+    reference = runtime.image_reference(name, tag, target.image_dir)
+
+    # environment: MODAK's choices, then what the user set explicitly (the user wins)
+    env = option_environment(cfg, variant, request, cat)
+    env.update(request.environment)
+
+    app = request.application
+    ranks = res.nodes * res.tasks_per_node
+    words: list[Word] = _launcher_words(decision.launcher, ranks, res.tasks_per_node)
+    words += runtime.launch(reference, env, res.gpus_per_node)
+    if decision.inner_launcher == Launcher.none:
+        words.append(app.executable)
+    words += _launcher_words(decision.inner_launcher, ranks, res.tasks_per_node)
+    if app.script:
+        words.append(app.script)
+    words += list(app.arguments)
+
+    run_id = run_id or default_run_id(request)
+    chosen_label = cfg.label()
+    script = render_job_script(
+        directives=scheduler.directives(request.job, res), exports=runtime.exports(env),
+        launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
+        decided_by=decision.decided_by, run_id=run_id,
+        workdir_cd=target.scheduler == Scheduler.pbs)
+    files[JOB_SCRIPT] = script
+
+    image = ImageInfo(variant=variant.id, name=name, tag=tag, reference=reference,
+                      base=variant.base, flavour=variant.flavour,
+                      recipe_file=recipe_files[fmt], recipes=recipe_files,
+                      content_hash=digest, score_breakdown=decision.match.breakdown)
+    plan = Plan(request=request.source, modak_version=__version__, chosen=cfg,
+                candidates=decision.candidates, decided_by=decision.decided_by, image=image,
+                scheduler=target.scheduler, runtime=decision.runtime,
+                launcher=decision.launcher if decision.inner_launcher == Launcher.none
+                else decision.inner_launcher,
+                environment=env, job_script=JOB_SCRIPT,
+                submit_command=tuple(scheduler.submit_command(JOB_SCRIPT, res)),
+                target=target, notes=decision.notes, run_id=run_id)
+    files["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
+    return PlanResult(plan=plan, files=files, decision=decision)

@@ -1,0 +1,223 @@
+"""The planner: request (+ catalogue, + optional performance model) -> decision.
+
+It enumerates the candidate configurations that the catalogue allows on the
+target (image x compiler x threads x allocator x precision), asks a predictor
+for their times when one is given, and ranks them.  Without predictions it
+falls back to a documented prior:
+
+1. the image with the highest catalogue score (its breakdown is reported);
+2. the graph compilers the user asked for switched on (the user's explicit
+   request is the only evidence there is before anything was measured);
+3. framework defaults for everything else: all cores of the task as threads,
+   glibc malloc, fp32.
+
+The planner touches no files and no network: it returns plain data.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional, Protocol, Sequence
+
+from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_accelerator
+from .errors import InputError
+from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
+                     Launcher, Precision, Prediction, Runtime, Scheduler)
+from .schedulers import Resources
+
+MAX_IMAGES = 3  # image variants considered per plan (best catalogue scores)
+
+
+class Predictor(Protocol):
+    """What the performance model offers the planner."""
+
+    def predict(self, request: JobRequest, configs: Sequence[Configuration]
+                ) -> list[Optional[Prediction]]:
+        """A prediction per configuration, or None where the model cannot say."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    chosen: Configuration
+    candidates: tuple[Candidate, ...]
+    decided_by: str
+    match: Match
+    matches: tuple[Match, ...]
+    resources: Resources
+    runtime: Runtime
+    launcher: Launcher
+    inner_launcher: Launcher
+    notes: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------
+def choose_runtime(request: JobRequest) -> Runtime:
+    if request.target.container_runtime is not None:
+        return request.target.container_runtime
+    # as in the seed paper (Singularity): an HPC scheduler gets Apptainer
+    return Runtime.apptainer if request.target.scheduler != Scheduler.local else Runtime.none
+
+
+def resources(request: JobRequest) -> Resources:
+    job, app, target = request.job, request.application, request.target
+    nodes = job.node_count
+    tasks = max(job.process_count_per_node, -(-app.mpi_ranks // nodes))
+    if job.core_count is not None:
+        if job.core_count % (nodes * tasks):
+            raise InputError([("job.core_count", f"{job.core_count} cores do not divide into "
+                               f"{nodes} node(s) x {tasks} task(s)")], request.source)
+        cpus = job.core_count // (nodes * tasks)
+    else:
+        cpus = max(1, target.cores_per_node // tasks)
+    if tasks * cpus > target.cores_per_node:
+        raise InputError([("job.core_count", f"{tasks} task(s) x {cpus} core(s) per node exceed "
+                           f"the target's cores_per_node {target.cores_per_node}")],
+                         request.source)
+    if app.threads is not None and app.threads > cpus:
+        raise InputError([("application.threads", f"{app.threads} threads exceed the "
+                           f"{cpus} core(s) of each task")], request.source)
+    gpus = 0
+    if wanted_accelerator(request) != "none" and target.accelerators is not None:
+        gpus = job.request_gpus if job.request_gpus is not None else target.accelerators.count
+        if gpus > target.accelerators.count:
+            raise InputError([("job.request_gpus", f"{gpus} GPUs requested, the target's nodes "
+                               f"have {target.accelerators.count}")], request.source)
+    elif job.request_gpus:
+        raise InputError([("job.request_gpus", "GPUs requested but the target declares no "
+                           "accelerators")], request.source)
+    partition = job.partition or job.queue or (target.partitions[0] if target.partitions else None)
+    if partition and target.partitions and partition not in target.partitions:
+        raise InputError([("job.partition", f"{partition!r} is not one of the target's "
+                           f"partitions {list(target.partitions)}")], request.source)
+    stdout = job.standard_output_file or f"{job.job_name}.out"
+    stderr = None if job.combine_stdout_stderr else job.standard_error_file
+    return Resources(nodes=nodes, tasks_per_node=tasks, cpus_per_task=cpus, gpus_per_node=gpus,
+                     walltime_s=job.wall_time_limit, memory_gb=job.memory_gb,
+                     partition=partition, stdout=stdout, stderr=stderr)
+
+
+def choose_launchers(request: JobRequest, res: Resources) -> tuple[Launcher, Launcher]:
+    """(outer, inner): outer starts the container(s), inner runs inside one."""
+    sched = request.target.scheduler
+    ranks = res.nodes * res.tasks_per_node
+    if request.application.framework == Framework.pytorch and res.tasks_per_node > 1 \
+            and res.nodes == 1:
+        return Launcher.none, Launcher.torchrun
+    if sched == Scheduler.slurm:
+        return Launcher.srun, Launcher.none
+    if ranks > 1:
+        return Launcher.mpirun, Launcher.none
+    return Launcher.none, Launcher.none
+
+
+def _bf16_ok(request: JobRequest, cat: Catalogue) -> bool:
+    target = request.target
+    if wanted_accelerator(request) == "nvidia":
+        model = target.accelerators.model if target.accelerators else None
+        gpu = cat.gpus.get(model) if model else None
+        return bool(gpu and gpu.cuda_arch and float(gpu.cuda_arch) >= 8.0)
+    return bool({"avx512_bf16", "amx_bf16", "bf16"} & set(target.cpu_features))
+
+
+def enumerate_configurations(request: JobRequest, matches: Sequence[Match], res: Resources,
+                             cat: Catalogue) -> list[Configuration]:
+    opt, app = request.optimisation, request.application
+    threads = [app.threads] if app.threads else sorted({res.cpus_per_task,
+                                                        max(1, res.cpus_per_task // 2)},
+                                                       reverse=True)
+    configs = []
+    for m in matches[:MAX_IMAGES]:
+        v = m.variant
+        compilers: list[Optional[str]] = [None]
+        for c in opt.compilers:
+            if c in v.compilers:
+                if c == Compiler.torch_compile:
+                    modes = opt.compiler_modes or ("default",)
+                    compilers += [f"torch.compile:{mode}" for mode in modes]
+                else:
+                    compilers.append(c.value)
+        allocators = [Allocator.glibc] + [a for a in v.allocators
+                                          if not opt.allocators or a in opt.allocators]
+        precisions = [Precision.fp32]
+        if opt.allow_reduced_precision and _bf16_ok(request, cat) and Precision.bf16 in v.precisions:
+            precisions.append(Precision.bf16)
+        for comp, t, alloc, prec in itertools.product(compilers, threads, allocators, precisions):
+            configs.append(Configuration(image=v.id, compiler=comp, threads=t, allocator=alloc,
+                                         precision=prec))
+    return configs
+
+
+def _prior_key(cfg: Configuration, scores: dict[str, float], requested: set[str],
+               default_threads: int) -> tuple:
+    base = (cfg.compiler or "").split(":")[0]
+    compiler_penalty = 0 if (base in requested or (not cfg.compiler and not requested)) else 1
+    return (-scores[cfg.image], compiler_penalty, cfg.threads != default_threads,
+            cfg.allocator != Allocator.glibc, cfg.precision != Precision.fp32, cfg.label())
+
+
+def _prior_reason(cfg: Configuration, best: Configuration, scores: dict[str, float],
+                  requested: set[str], default_threads: int) -> str:
+    if cfg.image != best.image:
+        return f"image score {scores[cfg.image]:g} < {scores[best.image]:g} ({best.image})"
+    if cfg.compiler != best.compiler:
+        if best.compiler:
+            return f"prior: the user asked for {best.compiler.split(':')[0]}; not measured yet"
+        return "prior: no graph compiler requested; not measured yet"
+    if cfg.threads != best.threads:
+        return f"prior: {default_threads} threads (all cores of the task); not measured yet"
+    if cfg.allocator != best.allocator:
+        return f"prior: framework default allocator glibc; {cfg.allocator.value} not measured yet"
+    if cfg.precision != best.precision:
+        return f"prior: fp32 unless measured faster; {cfg.precision.value} not measured yet"
+    return "same as chosen"
+
+
+def decide(request: JobRequest, predictor: Predictor | None = None,
+           catalogue: Catalogue | None = None) -> Decision:
+    cat = catalogue or load_catalogue()
+    matches = select_images(request, cat)
+    res = resources(request)
+    runtime = choose_runtime(request)
+    outer, inner = choose_launchers(request, res)
+    configs = enumerate_configurations(request, matches, res, cat)
+    scores = {m.variant.id: m.score for m in matches}
+    requested = {c.value for c in request.optimisation.compilers}
+    notes = []
+    for c in request.optimisation.compilers:
+        if not any(c in m.variant.compilers for m in matches[:MAX_IMAGES]):
+            notes.append(f"{c.value} was requested but no matching image supports it")
+
+    predictions = predictor.predict(request, configs) if predictor else [None] * len(configs)
+    predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
+    if predicted:
+        decided_by = "model"
+        unpredicted = [c for c, p in zip(configs, predictions) if p is None]
+        predicted.sort(key=lambda cp: (cp[1].seconds, cp[0].label()))
+        best, best_p = predicted[0]
+        ranked = predicted + [(c, None) for c in sorted(
+            unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
+    else:
+        decided_by = "prior"
+        ranked = [(c, None) for c in sorted(
+            configs, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
+        best, best_p = ranked[0]
+
+    candidates = []
+    for i, (cfg, pred) in enumerate(ranked):
+        if i == 0:
+            reason = (f"fastest predicted: {best_p.seconds:.3g} s" if best_p else
+                      f"highest image score {scores[cfg.image]:g}; prior: "
+                      + (f"{cfg.compiler.split(':')[0]} as requested" if cfg.compiler
+                         else "no graph compiler") + ", framework defaults otherwise")
+        elif pred is not None and best_p is not None:
+            reason = f"predicted {pred.seconds:.3g} s > {best_p.seconds:.3g} s"
+        elif best_p is not None:
+            reason = "no prediction for this configuration"
+        else:
+            reason = _prior_reason(cfg, best, scores, requested, res.cpus_per_task)
+        candidates.append(Candidate(configuration=cfg, rank=i + 1, score=scores[cfg.image],
+                                    prediction=pred, reason=reason))
+    match = next(m for m in matches if m.variant.id == best.image)
+    return Decision(chosen=best, candidates=tuple(candidates), decided_by=decided_by,
+                    match=match, matches=tuple(matches), resources=res, runtime=runtime,
+                    launcher=outer, inner_launcher=inner, notes=tuple(notes))

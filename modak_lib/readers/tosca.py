@@ -1,0 +1,141 @@
+"""TOSCA blueprints (Simple Profile 1.3) using ``tosca/modak-types.yaml``.
+
+tosca-parser checks the blueprint against the TOSCA types; MODAK then validates
+the properties of the job and target nodes with its own models, so an error
+names the node and the property path::
+
+    blueprint.yaml: topology_template.node_templates.train.properties.job_options.job_name: ...
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import InputError
+from ..models import JobRequest, Target
+from .common import load_document, problems_of, validate
+from .infra import resolve_host_values
+
+JOB_TYPE = "modak.nodes.AITrainingJob"
+TARGET_TYPE = "modak.nodes.HPCTarget"
+
+
+def _is_a(node: Any, type_name: str) -> bool:
+    t = node.type_definition
+    while t is not None:
+        if t.type == type_name:
+            return True
+        t = t.parent_type
+    return False
+
+
+def _parse(path: Path, inputs: dict[str, Any]) -> Any:
+    # tosca-parser logs every problem before raising; the exception carries them all
+    logging.getLogger("tosca").setLevel(logging.CRITICAL)
+    from toscaparser.common.exception import ExceptionCollector, TOSCAException
+    from toscaparser.tosca_template import ToscaTemplate
+
+    try:
+        return ToscaTemplate(str(path), parsed_params=inputs or None)
+    except TOSCAException as exc:
+        text = str(exc)
+        lines = [ln.strip() for ln in text.splitlines()[1:] if ln.strip()] or [text]
+        raise InputError([("", f"TOSCA: {ln}") for ln in lines], str(path)) from None
+    except Exception as exc:  # tosca-parser's own bugs on malformed input
+        raise InputError(f"TOSCA: blueprint could not be parsed ({type(exc).__name__}: {exc})",
+                         str(path)) from None
+    finally:
+        ExceptionCollector.stop()
+
+
+class _Inputs:
+    def __init__(self, template: Any, given: dict[str, Any], source: str):
+        self.values = {i.name: i.default for i in template.inputs if i.default is not None}
+        self.values.update(given)
+        self.source = source
+
+    def resolve(self, value: Any, where: str) -> Any:
+        if isinstance(value, dict):
+            if len(value) == 1:
+                (key, arg), = value.items()
+                if key == "get_input":
+                    name = arg[0] if isinstance(arg, list) else arg
+                    if name not in self.values:
+                        raise InputError([(where, f"input {name!r} has no value: pass it with "
+                                           "--inputs or give it a default")], self.source)
+                    return self.values[name]
+                if key in ("get_property", "get_attribute", "get_operation_output", "concat",
+                           "join", "token", "get_artifact"):
+                    raise InputError([(where, f"{key} cannot be resolved at plan time; "
+                                       "use get_input or a literal value")], self.source)
+            return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+
+def read_tosca(path: str | Path, inputs: dict[str, Any] | None = None,
+               base_target: Target | None = None, node: str | None = None) -> JobRequest:
+    path = Path(path)
+    source = str(path)
+    load_document(path)  # YAML syntax errors with line numbers before tosca-parser
+    template = _parse(path, inputs or {})
+    resolver = _Inputs(template, inputs or {}, source)
+
+    jobs = [n for n in template.nodetemplates if _is_a(n, JOB_TYPE)]
+    if node is not None:
+        jobs = [n for n in jobs if n.name == node]
+        if not jobs:
+            raise InputError([("topology_template.node_templates",
+                               f"no {JOB_TYPE} node named {node!r}")], source)
+    if not jobs:
+        raise InputError([("topology_template.node_templates",
+                           f"no node of type {JOB_TYPE}")], source)
+    if len(jobs) > 1:
+        names = ", ".join(n.name for n in jobs)
+        raise InputError([("topology_template.node_templates",
+                           f"several {JOB_TYPE} nodes ({names}): choose one with --node")], source)
+    job = jobs[0]
+    prefix = f"topology_template.node_templates.{job.name}"
+
+    hosts = [t for r, t in job.relationships.items() if r.type == "tosca.relationships.HostedOn"]
+    hosts = [t for t in hosts if _is_a(t, TARGET_TYPE)]
+    if not hosts:
+        raise InputError([(f"{prefix}.requirements",
+                           f"the job needs a 'host' requirement on a {TARGET_TYPE} node")], source)
+    target_node = hosts[0]
+    tprefix = f"topology_template.node_templates.{target_node.name}.properties"
+
+    def props(n: Any, where: str) -> dict[str, Any]:
+        raw = n.entity_tpl.get("properties") or {}
+        return resolver.resolve(raw, where)
+
+    tprops = props(target_node, tprefix)
+    base = base_target.model_dump(exclude_none=True) if base_target else {}
+    target_data = resolve_host_values({**base, "name": target_node.name, **tprops})
+    if isinstance(base.get("frontend"), dict) and isinstance(tprops.get("frontend"), dict):
+        target_data["frontend"] = {**base["frontend"], **tprops["frontend"]}
+    target = validate(Target, target_data, source, tprefix)
+
+    jprops = props(job, f"{prefix}.properties")
+    data = {
+        "source": source,
+        "source_format": "tosca",
+        "job": jprops.get("job_options") or {},
+        "application": jprops.get("application") or {},
+        "optimisation": jprops.get("optimisation") or {},
+        "environment": jprops.get("environment") or {},
+        "target": target,
+    }
+    try:
+        return JobRequest.model_validate(data)
+    except ValidationError as exc:  # name the node's own property (job -> job_options)
+        renamed = []
+        for p, m in problems_of(exc):
+            head, _, rest = p.partition(".")
+            head = {"job": "job_options"}.get(head, head)
+            renamed.append((f"{prefix}.properties.{head}{'.' + rest if rest else ''}", m))
+        raise InputError(renamed, source) from None

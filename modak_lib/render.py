@@ -1,0 +1,139 @@
+"""Renderers: typed data in, text out, through a sandboxed Jinja2 environment.
+
+Templates are MODAK's own files; user values reach them only as data, and
+every value that lands in a shell context goes through the ``q`` filter
+(:func:`shlex.quote`) or was validated against a strict pattern first.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from jinja2 import FileSystemLoader, StrictUndefined
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import __version__
+from .catalogue import Variant
+from .cpu import target_flags
+from .shell import comment_safe
+from .validate import PACKAGE
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+# recipe format -> (template, file name written by `modak plan`)
+RECIPE_FORMATS: dict[str, tuple[str, str]] = {
+    "apptainer": ("recipes/apptainer.j2", "apptainer.def"),
+    "containerfile": ("recipes/containerfile.j2", "Containerfile"),
+    "charliecloud": ("recipes/charliecloud.j2", "Dockerfile.charliecloud"),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def environment() -> ImmutableSandboxedEnvironment:
+    env = ImmutableSandboxedEnvironment(
+        loader=FileSystemLoader(str(TEMPLATES)), undefined=StrictUndefined,
+        keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, autoescape=False)
+    env.filters["q"] = lambda v: shlex.quote(str(v))
+    env.filters["comment"] = comment_safe
+    return env
+
+
+def render(template: str, **context: Any) -> str:
+    return environment().get_template(template).render(modak_version=__version__, **context)
+
+
+# ---------------------------------------------------------------------------
+# recipes
+@dataclass(frozen=True)
+class RecipeSpec:
+    """One image description, rendered to each recipe format."""
+    variant: str
+    base: str
+    bootstrap: str
+    labels: dict[str, str]
+    run_lines: tuple[str, ...]      # system setup (apt), before the wheelhouse is copied
+    install_lines: tuple[str, ...]  # Python packages
+    env: dict[str, str] = field(default_factory=dict)
+    wheelhouse: bool = False
+    wheelhouse_dir: str = "wheels"
+    ca_certs: bool = False
+    workdir: str = "/work"
+
+
+def _apt_line(packages: tuple[str, ...], ca_certs: bool) -> Optional[str]:
+    pkgs = list(packages) + (["ca-certificates"] if ca_certs else [])
+    if not pkgs:
+        return None
+    line = ("apt-get update && apt-get install -y --no-install-recommends "
+            + " ".join(shlex.quote(p) for p in pkgs))
+    if ca_certs:
+        line += " && update-ca-certificates"
+    return line + " && rm -rf /var/lib/apt/lists/*"
+
+
+def recipe_spec(variant: Variant, microarch: str, base: str, *, ca_certs: bool = False,
+                cuda_arch: Optional[str] = None, extra_pip: tuple[str, ...] = ()) -> RecipeSpec:
+    """Describe the image for ``variant`` built for a target of ``microarch``."""
+    for pkg in variant.pip + extra_pip:
+        if PACKAGE.fullmatch(pkg) is None:
+            raise ValueError(f"invalid package specifier {pkg!r}")
+    labels = {"org.modak.variant": variant.id, "org.modak.framework": variant.framework,
+              "org.modak.framework-version": variant.version,
+              "org.modak.flavour": variant.flavour, "org.modak.arch": variant.arch,
+              "org.modak.min-microarch": variant.min_microarch}
+    run_lines = [line for line in [_apt_line(variant.system_packages, ca_certs)] if line]
+    install: list[str] = []
+    env: dict[str, str] = {}
+    python = "python3"
+    if variant.venv:
+        install.append("python3 -m venv /opt/venv")
+        python = "/opt/venv/bin/python3"
+        env["PATH"] = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    pip = f"{python} -m pip install --no-cache-dir"
+    if variant.wheelhouse:
+        pip += " --no-index --find-links /tmp/wheels"
+    packages = list(variant.pip) + list(extra_pip)
+    if packages:
+        install.append(f"{pip} " + " ".join(shlex.quote(p) for p in packages))
+    if variant.source_build:
+        flags, used = target_flags(microarch, "gcc", variant.gcc_version)
+        labels["org.modak.target-microarch"] = used
+        labels["org.modak.cflags"] = flags
+        sb = variant.source_build
+        build_env = f"CFLAGS={shlex.quote(flags)} CXXFLAGS={shlex.quote(flags)}"
+        if cuda_arch:
+            build_env += f" TORCH_CUDA_ARCH_LIST={shlex.quote(cuda_arch)}"
+        install.append(f"{build_env} {pip} --no-binary {shlex.quote(sb.package)} "
+                       f"{shlex.quote(sb.package + '==' + sb.version)}")
+    if variant.wheelhouse:
+        install.append("rm -rf /tmp/wheels")
+    return RecipeSpec(variant=variant.id, base=base, bootstrap=variant.bootstrap, labels=labels,
+                      run_lines=tuple(run_lines), install_lines=tuple(install), env=env,
+                      wheelhouse=variant.wheelhouse, ca_certs=ca_certs)
+
+
+def render_recipe(fmt: str, spec: RecipeSpec) -> str:
+    template, _ = RECIPE_FORMATS[fmt]
+    return render(template, r=spec)
+
+
+def content_hash(text: str, extra: dict[str, Any] | None = None) -> str:
+    h = hashlib.sha256(text.encode())
+    if extra:
+        h.update(json.dumps(extra, sort_keys=True).encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# job scripts
+def render_job_script(*, directives: list[str], exports: dict[str, str], launch: str,
+                      source: str, chosen: str, decided_by: str, run_id: str,
+                      workdir_cd: bool) -> str:
+    return render("jobs/job.sh.j2", directives=directives, exports=exports, launch=launch,
+                  source=source, chosen=chosen, decided_by=decided_by, run_id=run_id,
+                  workdir_cd=workdir_cd)

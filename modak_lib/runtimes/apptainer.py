@@ -1,0 +1,39 @@
+"""Apptainer (formerly Singularity): a SIF file per image, ``apptainer exec``.
+
+Apptainer is not installable on MODAK's development machines: its recipes and
+command lines are rendered and tested exactly (golden files), not executed.
+"""
+from __future__ import annotations
+
+from ..shell import Raw, Word
+from .base import BIND, WORKDIR, RuntimeSpec
+
+
+class Apptainer(RuntimeSpec):
+    name = "apptainer"
+    recipe_format = "apptainer"
+
+    def base_reference(self, base: str) -> str:
+        # a local base (podman/debootstrap import) is a SIF file next to the recipe
+        if base.startswith("localhost/"):
+            return base.split("/", 1)[1].replace("/", "-").replace(":", "-") + ".sif"
+        return base
+
+    def image_reference(self, name: str, tag: str, image_dir: str) -> str:
+        file = f"{name.replace('/', '_')}_{tag}.sif"
+        return file if image_dir == "." else f"{image_dir}/{file}"
+
+    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
+        words: list[Word] = ["apptainer", "exec"]
+        if gpus:
+            words.append("--nv")
+        words += ["--cleanenv", "--bind", Raw(f'{BIND}:{WORKDIR}'), "--pwd", WORKDIR]
+        for key, value in env.items():
+            words += ["--env", f"{key}={value}"]
+        image_word: Word = image if image.startswith("/") else Raw(f'"$HOME"/{_q(image)}')
+        return words + [image_word]
+
+
+def _q(path: str) -> str:
+    import shlex
+    return shlex.quote(path)

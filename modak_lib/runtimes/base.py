@@ -1,0 +1,31 @@
+"""What every container runtime provides: its recipe format, image names, launch words."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Optional
+
+from ..shell import Raw, Word
+
+WORKDIR = "/work"  # where the job's work directory is mounted inside the container
+BIND = Raw('"$PWD"')  # the job's work directory on the host, expanded at run time
+
+
+class RuntimeSpec(ABC):
+    name: str
+    recipe_format: Optional[str]  # key of RECIPE_FORMATS, None for no container
+
+    def base_reference(self, base: str) -> str:
+        """How this runtime's recipe names a catalogue base image."""
+        return base
+
+    @abstractmethod
+    def image_reference(self, name: str, tag: str, image_dir: str) -> str:
+        """How the job script refers to the image that the recipe builds."""
+
+    @abstractmethod
+    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
+        """Words that run a command inside ``image``, with ``env`` set inside it."""
+
+    def exports(self, env: dict[str, str]) -> dict[str, str]:
+        """Variables the job script itself exports (the runtime passes the rest)."""
+        return {}

@@ -1,0 +1,23 @@
+"""Charliecloud: unprivileged ``ch-image build`` and ``ch-run`` from its image storage."""
+from __future__ import annotations
+
+from ..shell import Raw, Word
+from .base import BIND, WORKDIR, RuntimeSpec
+
+
+class Charliecloud(RuntimeSpec):
+    name = "charliecloud"
+    recipe_format = "charliecloud"
+
+    def base_reference(self, base: str) -> str:
+        # ch-image names an imported base without a registry host
+        return base.split("/", 1)[1] if base.startswith("localhost/") else base
+
+    def image_reference(self, name: str, tag: str, image_dir: str) -> str:
+        return f"{name}:{tag}"
+
+    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
+        words: list[Word] = ["ch-run", "--bind", Raw(f"{BIND}:{WORKDIR}"), "--cd", WORKDIR]
+        for key, value in env.items():
+            words.append(f"--set-env={key}={value}")
+        return words + [image, "--"]

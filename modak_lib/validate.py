@@ -1,0 +1,165 @@
+"""Strict patterns for every user value that reaches a script or a recipe.
+
+A value that ends up unquoted (a ``#SBATCH`` directive, a file name, an image
+tag) must match one of these patterns; anything else that reaches a shell is
+quoted with :func:`shlex.quote` by the renderers.  The patterns are
+deliberately narrow: a job name with a newline, ``$(...)``, a backtick or a
+``../`` is rejected, not escaped.
+"""
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator
+
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SCHED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # partition, queue, account
+# A relative or absolute path without shell metacharacters, spaces or "..".
+# "%" is allowed so that scheduler patterns such as %j (job id) work.
+PATH = re.compile(r"[A-Za-z0-9_./%+-]{1,255}")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
+USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+IMAGE_NAME = re.compile(r"[a-z0-9]+([._/-][a-z0-9]+)*")
+IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+NODE_FEATURE = re.compile(r"[A-Za-z0-9_.,&|-]{1,128}")  # Slurm --constraint expression
+PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*([<>=!~]=?[A-Za-z0-9.*+!-]+)?")
+
+
+def check(pattern: re.Pattern[str], what: str, value: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string")
+    if pattern.fullmatch(value) is None:
+        raise ValueError(f"invalid {what} {value!r}: must match {pattern.pattern}")
+    return value
+
+
+def check_path(value: str, what: str = "path") -> str:
+    value = check(PATH, what, value)
+    if value.startswith("-"):
+        raise ValueError(f"invalid {what} {value!r}: must not start with '-'")
+    if ".." in value.split("/"):
+        raise ValueError(f"invalid {what} {value!r}: '..' is not allowed")
+    return value
+
+
+def _pattern(pattern: re.Pattern[str], what: str):
+    return AfterValidator(lambda v: check(pattern, what, v))
+
+
+JobName = Annotated[str, _pattern(JOB_NAME, "job name")]
+SchedName = Annotated[str, _pattern(SCHED_NAME, "name")]
+SafePath = Annotated[str, AfterValidator(check_path)]
+EnvName = Annotated[str, _pattern(ENV_NAME, "environment variable name")]
+Email = Annotated[str, _pattern(EMAIL, "e-mail address")]
+HostName = Annotated[str, _pattern(HOST, "host name")]
+UserName = Annotated[str, _pattern(USER, "user name")]
+NodeFeature = Annotated[str, _pattern(NODE_FEATURE, "node constraint")]
+PackageSpec = Annotated[str, _pattern(PACKAGE, "package specifier")]
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("NUL characters are not allowed")
+    return value
+
+
+# Free text that is always shell-quoted where it is used (arguments, env values).
+QuotedText = Annotated[str, AfterValidator(_no_nul)]
+
+# ---------------------------------------------------------------------------
+# wall time
+_CLOCK = re.compile(r"(?:(?P<d>\d+)-)?(?P<h>\d+):(?P<m>[0-5]?\d)(?::(?P<s>[0-5]?\d))?")
+_ISO = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?)?", re.IGNORECASE
+)
+
+
+def parse_walltime(value: object) -> int:
+    """Seconds from ``3600``, ``"HH:MM[:SS]"``, ``"D-HH:MM:SS"`` or ISO 8601 ``"P1DT6H"``."""
+    if isinstance(value, bool):
+        raise ValueError("wall time must be seconds or a duration string, not a boolean")
+    if isinstance(value, timedelta):
+        seconds = int(value.total_seconds())
+    elif isinstance(value, int):
+        seconds = value
+    elif isinstance(value, str):
+        text = value.strip()
+        if text.isdigit():
+            seconds = int(text)
+        elif m := _CLOCK.fullmatch(text):
+            seconds = (int(m["d"] or 0) * 86400 + int(m["h"]) * 3600 + int(m["m"]) * 60
+                       + int(m["s"] or 0))
+        elif (m := _ISO.fullmatch(text)) and text.upper() not in ("P", "PT"):
+            seconds = (int(m["d"] or 0) * 86400 + int(m["h"] or 0) * 3600
+                       + int(m["m"] or 0) * 60 + int(m["s"] or 0))
+        else:
+            raise ValueError(
+                f"invalid wall time {value!r}: use seconds, HH:MM:SS, D-HH:MM:SS or ISO 8601 (PT2H)")
+    else:
+        raise ValueError(f"invalid wall time {value!r}")
+    if seconds <= 0:
+        raise ValueError(f"wall time must be positive, got {value!r}")
+    return seconds
+
+
+WallTime = Annotated[int, BeforeValidator(parse_walltime)]
+
+
+def slurm_walltime(seconds: int) -> str:
+    """Slurm's ``D-HH:MM:SS`` (a day or more) or ``HH:MM:SS``."""
+    days, rest = divmod(seconds, 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    clock = f"{h:02d}:{m:02d}:{s:02d}"
+    return f"{days}-{clock}" if days else clock
+
+
+def pbs_walltime(seconds: int) -> str:
+    """PBS's ``HH:MM:SS`` with hours past 24 (``30:00:00``)."""
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h:02d}:{m:02d}:{s:02d}"
+
+
+# ---------------------------------------------------------------------------
+# mail events
+_PBS_LETTERS = {"a": "fail", "b": "begin", "e": "end"}
+_WORDS = {"begin": "begin", "end": "end", "fail": "fail", "abort": "fail",
+          "all": "all", "none": "none", "n": "none"}
+
+
+def parse_mail_events(value: object) -> tuple[str, ...]:
+    """Normalise PBS letters (``abe``) or Slurm words (``BEGIN,END``) to event names."""
+    if value is None or value is False:
+        return ()
+    if value is True:
+        return ("begin", "end", "fail")
+    if isinstance(value, (list, tuple)):  # already events (or a list of words)
+        value = ",".join(str(v) for v in value) or "none"
+    if not isinstance(value, str):
+        raise ValueError(f"invalid notification {value!r}")
+    text = value.strip().lower()
+    if text in ("", "n", "none"):
+        return ()
+    if re.fullmatch(r"[abe]+", text):
+        events = {_PBS_LETTERS[c] for c in text}
+    else:
+        events = set()
+        for word in re.split(r"[,\s]+", text):
+            if word not in _WORDS:
+                raise ValueError(
+                    f"invalid notification event {word!r}: use PBS letters (abe) or "
+                    "BEGIN, END, FAIL, ALL, NONE")
+            events.add(_WORDS[word])
+        if "all" in events:
+            events = {"begin", "end", "fail"}
+        events.discard("none")
+    order = ("begin", "end", "fail")
+    return tuple(e for e in order if e in events)
+
+
+MailEvents = Annotated[tuple[str, ...], BeforeValidator(parse_mail_events)]

@@ -123,8 +123,8 @@ class Application(Strict):
     executable: SafePath = "python3"
     script: Optional[SafePath] = None
     arguments: tuple[QuotedText, ...] = ()
-    model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_.-]{1,64}$")
-    dataset: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_./-]{1,255}$")
+    model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    dataset: Optional[SafePath] = None
     app_type: Literal["ai_training", "hpc"] = "ai_training"
     mpi_ranks: PositiveInt = 1
     threads: Optional[PositiveInt] = None

@@ -12,7 +12,7 @@ import re
 from datetime import timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 
 JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SCHED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # partition, queue, account
@@ -25,7 +25,7 @@ HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252}[A-Za-z0-9])?|\[[0-9A-Fa-f:.
 USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 IMAGE_NAME = re.compile(r"[a-z0-9]+([._/-][a-z0-9]+)*")
 IMAGE_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-NODE_FEATURE = re.compile(r"[A-Za-z0-9_.,&|-]{1,128}")  # Slurm --constraint expression
+NODE_FEATURE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,&|-]{0,127}")  # Slurm --constraint expression
 PACKAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*([<>=!~]=?[A-Za-z0-9.*+!-]+)?")
 
 
@@ -72,7 +72,8 @@ QuotedText = Annotated[str, AfterValidator(_no_nul)]
 
 # ---------------------------------------------------------------------------
 # wall time
-_CLOCK = re.compile(r"(?:(?P<d>\d+)-)?(?P<h>\d+):(?P<m>[0-5]?\d)(?::(?P<s>[0-5]?\d))?")
+# Slurm's and PBS's forms: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+_CLOCK = re.compile(r"(?:(?P<d>\d+)-)?(?P<a>\d+)(?::(?P<b>\d+))?(?::(?P<c>\d+))?")
 _ISO = re.compile(
     r"P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+)S)?)?", re.IGNORECASE
 )
@@ -90,9 +91,15 @@ def parse_walltime(value: object) -> int:
         text = value.strip()
         if text.isdigit():
             seconds = int(text)
-        elif m := _CLOCK.fullmatch(text):
-            seconds = (int(m["d"] or 0) * 86400 + int(m["h"]) * 3600 + int(m["m"]) * 60
-                       + int(m["s"] or 0))
+        elif (m := _CLOCK.fullmatch(text)) and (m["b"] or m["d"]):
+            days, a, b, c = int(m["d"] or 0), int(m["a"]), m["b"], m["c"]
+            if m["d"] or c is not None:  # D-HH[:MM[:SS]] or HH:MM:SS
+                h, mi, sec, bounded = a, int(b or 0), int(c or 0), (b, c)
+            else:  # MM:SS, as Slurm and PBS read two fields
+                h, mi, sec, bounded = 0, a, int(b), (b,)
+            if any(x is not None and int(x) > 59 for x in bounded):
+                raise ValueError(f"invalid wall time {value!r}: minutes and seconds are 0-59")
+            seconds = days * 86400 + h * 3600 + mi * 60 + sec
         elif (m := _ISO.fullmatch(text)) and text.upper() not in ("P", "PT"):
             seconds = (int(m["d"] or 0) * 86400 + int(m["h"] or 0) * 3600
                        + int(m["m"] or 0) * 60 + int(m["s"] or 0))
@@ -106,7 +113,9 @@ def parse_walltime(value: object) -> int:
     return seconds
 
 
-WallTime = Annotated[int, BeforeValidator(parse_walltime)]
+WallTime = Annotated[int, BeforeValidator(parse_walltime), WithJsonSchema({
+    "anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}],
+    "description": "seconds, MM:SS, HH:MM:SS, D-HH:MM:SS or ISO 8601 (PT2H)"})]
 
 
 def slurm_walltime(seconds: int) -> str:
@@ -162,4 +171,7 @@ def parse_mail_events(value: object) -> tuple[str, ...]:
     return tuple(e for e in order if e in events)
 
 
-MailEvents = Annotated[tuple[str, ...], BeforeValidator(parse_mail_events)]
+MailEvents = Annotated[tuple[str, ...], BeforeValidator(parse_mail_events), WithJsonSchema({
+    "anyOf": [{"type": "string"}, {"type": "boolean"},
+              {"type": "array", "items": {"enum": ["begin", "end", "fail"]}}],
+    "description": "PBS letters (abe) or Slurm words (BEGIN,END,FAIL,ALL,NONE)"})]

@@ -32,10 +32,10 @@ class Slurm(SchedulerSpec):
         if job.mail_events:
             d.append("--mail-type=" + ",".join(_MAIL[e] for e in job.mail_events))
             d.append(f"--mail-user={job.email_address}")
-        if job.copy_environment:
+        if job.copy_environment or job.copy_environment_variable:
+            # Slurm's --export=VAR alone would drop PATH and everything else; ALL is what
+            # PBS's -V/-v ask for on top of its own minimal environment
             d.append("--export=ALL")
-        elif job.copy_environment_variable:
-            d.append("--export=" + ",".join(job.copy_environment_variable))
         if job.request_specific_nodes:
             d.append(f"--constraint={job.request_specific_nodes}")
         return [f"{self.directive_prefix} {x}" for x in d]

@@ -1,0 +1,88 @@
+"""Shared helpers: build requests and plans without files, run rendered scripts safely."""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modak_lib.models import JobRequest
+from modak_lib.pipeline import make_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+
+BASE_DSL: dict[str, Any] = {
+    "job": {
+        "job_options": {"job_name": "train", "wall_time_limit": "01:00:00", "core_count": 4},
+        "application": {"executable": "python3 train.py", "arguments": "--steps 10"},
+        "target": {"job_scheduler_type": "slurm"},
+        "optimisation": {
+            "enable_opt_build": True, "app_type": "ai_training",
+            "app_type-ai_training": {"config": {"ai_framework": "pytorch"},
+                                     "ai_framework-pytorch": {"version": "2.13"}},
+        },
+    }
+}
+
+
+def dsl(**changes: Any) -> dict[str, Any]:
+    """BASE_DSL with dotted-path changes: dsl(**{"job.job_options.job_name": "x"})."""
+    doc = copy.deepcopy(BASE_DSL)
+    for dotted, value in changes.items():
+        node = doc
+        *parents, last = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        if value is DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return doc
+
+
+DELETE = object()
+
+
+def request(scheduler: str = "local", runtime: str = "none", framework: str = "pytorch",
+            version: str = "2.13", **sections: dict[str, Any]) -> JobRequest:
+    """A JobRequest built directly (no reader), for renderer and hostile-input tests."""
+    data: dict[str, Any] = {
+        "source": "test-request.json", "source_format": "modak-dsl",
+        "job": {"job_name": "train", "wall_time_limit": 3600},
+        "application": {"framework": framework, "framework_version": version,
+                        "script": "train.py"},
+        "optimisation": {},
+        "target": {"name": "testhost", "scheduler": scheduler, "container_runtime": runtime,
+                   "cores_per_node": 4, "microarchitecture": "x86_64_v3"},
+        "environment": {},
+    }
+    for key, value in sections.items():
+        data[key].update(value)
+    return JobRequest.model_validate(data)
+
+
+def plan_of(req: JobRequest, **kw: Any):
+    return make_plan(req, run_id="test-run", **kw)
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def run_modak(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run(["modak", *args], capture_output=True, text=True, cwd=cwd or ROOT,
+                          env=env, timeout=60)
+
+
+@pytest.fixture
+def tmp_json(tmp_path):
+    def make(data: Any, name: str = "request.json") -> Path:
+        return write_json(tmp_path / name, data)
+    return make

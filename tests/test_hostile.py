@@ -1,0 +1,166 @@
+"""Hostile input: every value is rejected with a clear error, or rendered inert.
+
+"Inert" is checked by running the rendered job script in a scratch directory,
+with recording stubs in place of python3/srun/podman: the stub must receive the
+value verbatim as one argument (or one environment value), and no file other
+than the expected ones may appear.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import plan_of, request
+
+from modak_lib.errors import InputError
+from modak_lib.readers.dsl import read_dsl
+
+HOSTILE = [
+    "x\ntouch pwned",
+    "$(touch pwned)",
+    "`touch pwned`",
+    "../../pwned",
+    "a; touch pwned",
+    "a && touch pwned",
+    "a | tee pwned",
+    "> pwned",
+    "$HOME",
+    "${IFS}touch${IFS}pwned",
+    "'; touch pwned; '",
+    '"; touch pwned; "',
+    "-rf",
+    "*",
+    "~root",
+    "a b",
+    "\\",
+    "{{ 7*7 }}",
+    "{% raw %}x",
+    "x\rtouch pwned",
+    "--wrap='touch pwned'",
+    "$'\\x74ouch' pwned",
+    "ａ",  # fullwidth: not ASCII
+    "!!",
+]
+assert len(HOSTILE) >= 20
+
+STUB = """#!{python}
+import json, os, sys
+with open(os.path.join(os.environ["MODAK_RECORD_DIR"], "calls.jsonl"), "a") as f:
+    f.write(json.dumps({{"prog": os.path.basename(sys.argv[0]), "argv": sys.argv[1:],
+                        "env": {{k: v for k, v in os.environ.items() if k.startswith("HOSTILE")}}}}) + "\\n")
+"""
+PASSTHROUGH = """#!/bin/bash
+exec "$@"
+"""
+
+
+def run_script(text: str, tmp_path: Path) -> tuple[list[dict], set[str]]:
+    stubs, work, record = tmp_path / "stubs", tmp_path / "work", tmp_path / "record"
+    for d in (stubs, work, record):
+        d.mkdir()
+    for prog in ("python3", "podman", "apptainer", "ch-run", "mpirun"):
+        (stubs / prog).write_text(STUB.format(python=sys.executable))
+        (stubs / prog).chmod(0o755)
+    (stubs / "srun").write_text(PASSTHROUGH)
+    (stubs / "srun").chmod(0o755)
+    (work / "job.sh").write_text(text)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "HOME": str(work), "MODAK_RECORD_DIR": str(record)}
+    proc = subprocess.run(["bash", "job.sh"], cwd=work, env=env, capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    calls = [json.loads(line) for line in (record / "calls.jsonl").read_text().splitlines()]
+    left = {str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")}
+    return calls, left
+
+
+def expected_files(tmp_path):
+    return {"stubs", "work", "record", "work/job.sh", "record/calls.jsonl"} | {
+        f"stubs/{p}" for p in ("python3", "podman", "apptainer", "ch-run", "mpirun", "srun")}
+
+
+# ---------------------------------------------------------------------------
+# fields that reach the script unquoted must reject every hostile value
+PATTERN_FIELDS = [
+    ("job", "job_name"), ("job", "partition"), ("job", "queue"), ("job", "account"),
+    ("job", "standard_output_file"), ("job", "email_address"), ("job", "request_specific_nodes"),
+    ("application", "script"), ("application", "executable"), ("application", "model"),
+    ("target", "image_dir"),
+]
+
+
+@pytest.mark.parametrize("section, field", PATTERN_FIELDS, ids=lambda x: str(x))
+@pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
+def test_pattern_fields_reject_hostile_values(section, field, value):
+    with pytest.raises((InputError, ValueError)) as exc:
+        request(**{section: {field: value}})
+    assert field in str(exc.value)
+
+
+def test_environment_names_are_validated():
+    for name in ("A B", "$(x)", "1X", "X-Y", "X\nY"):
+        with pytest.raises(ValueError):
+            request(environment={name: "v"})
+
+
+# ---------------------------------------------------------------------------
+# free text (arguments, environment values) is quoted: it arrives verbatim
+INERT = [v for v in HOSTILE]
+
+
+@pytest.mark.parametrize("value", INERT, ids=range(len(INERT)))
+def test_arguments_and_env_values_arrive_verbatim_without_a_container(value, tmp_path):
+    req = request(application={"arguments": ["--name", value]},
+                  environment={"HOSTILE_VALUE": value})
+    text = plan_of(req).files["job.sh"]
+    calls, left = run_script(text, tmp_path)
+    assert left == expected_files(tmp_path), "an unexpected file appeared"
+    (call,) = calls
+    assert call["prog"] == "python3"
+    assert call["argv"] == ["train.py", "--name", value]
+    assert call["env"] == {"HOSTILE_VALUE": value}
+    assert "49" not in json.dumps(call) or "49" in value
+
+
+@pytest.mark.parametrize("value", INERT, ids=range(len(INERT)))
+@pytest.mark.parametrize("runtime", ["podman", "apptainer", "charliecloud"])
+def test_values_arrive_verbatim_at_the_container_runtime(value, runtime, tmp_path):
+    req = request(scheduler="slurm", runtime=runtime,
+                  application={"arguments": [value]}, environment={"HOSTILE_VALUE": value})
+    text = plan_of(req).files["job.sh"]
+    calls, left = run_script(text, tmp_path)
+    assert left == expected_files(tmp_path)
+    (call,) = calls
+    argv = call["argv"]
+    assert argv[-1] == value and argv[-2] == "train.py"
+    flag = {"podman": "--env", "apptainer": "--env", "charliecloud": None}[runtime]
+    if flag:
+        assert f"HOSTILE_VALUE={value}" == argv[argv.index(f"HOSTILE_VALUE={value}")]
+        assert argv[argv.index(f"HOSTILE_VALUE={value}") - 1] == flag
+    else:
+        assert f"--set-env=HOSTILE_VALUE={value}" in argv
+
+
+def test_dsl_arguments_string_is_split_then_quoted(tmp_path):
+    doc = {"job": {"application": {"executable": "python3 train.py",
+                                   "arguments": "--out '$(touch pwned)' --tag `id` \"a b\""},
+                   "target": {"job_scheduler_type": "none"},
+                   "optimisation": {"app_type": "ai_training", "app_type-ai_training": {
+                       "config": {"ai_framework": "pytorch"},
+                       "ai_framework-pytorch": {"version": "2.13"}}}}}
+    req = read_dsl(doc, "r.json")
+    calls, left = run_script(plan_of(req).files["job.sh"], tmp_path)
+    assert left == expected_files(tmp_path)
+    assert calls[0]["argv"] == ["train.py", "--out", "$(touch pwned)", "--tag", "`id`", "a b"]
+
+
+def test_nul_is_rejected_even_in_free_text():
+    with pytest.raises(ValueError):
+        request(application={"arguments": ["a\x00b"]})
+
+
+def test_recipe_values_are_validated():
+    for bad in ("torch; touch pwned", "torch==2.13.0 && x", "$(x)", "-e git+x"):
+        with pytest.raises(ValueError):
+            request(application={"pip_packages": [bad]})

@@ -1,0 +1,120 @@
+"""`modak plan` end to end, through the installed command."""
+import json
+import subprocess
+
+import pytest
+from conftest import ROOT, dsl, run_modak
+
+TF_XLA_GPU = {"job": {
+    "job_options": {"job_name": "tf-xla", "wall_time_limit": "02:00:00", "core_count": 8,
+                    "request_gpus": 1},
+    "application": {"executable": "python3 train.py", "arguments": "--batch_size 96"},
+    "target": {"job_scheduler_type": "torque", "name": "gpu-cluster"},
+    "optimisation": {
+        "enable_opt_build": True, "app_type": "ai_training",
+        "opt_build": {"cpu_type": "x86", "acc_type": "nvidia"},
+        "app_type-ai_training": {"config": {"ai_framework": "tensorflow"},
+                                 "ai_framework-tensorflow": {"version": "2.1", "xla": True}}}}}
+
+
+def plan(tmp_path, doc, *extra):
+    req = tmp_path / "request.json"
+    req.write_text(json.dumps(doc))
+    out = tmp_path / "out"
+    proc = run_modak("plan", str(req), "--out", str(out), *extra)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc.stdout
+
+
+def test_tensorflow_xla_gpu_on_torque(tmp_path):
+    out, table = plan(tmp_path, TF_XLA_GPU)
+    script = (out / "job.sh").read_text()
+    assert "#PBS -l nodes=1:ppn=8:gpus=1\n" in script
+    assert "#PBS -l walltime=02:00:00\n" in script
+    assert "--env TF_XLA_FLAGS=--tf_xla_auto_jit=2 " in script
+    plan_json = json.loads((out / "plan.json").read_text())
+    image = plan_json["image"]
+    assert image["variant"] == "tensorflow-2.1.0-gpu"
+    assert f'apptainer exec --nv --cleanenv' in script
+    assert f'"$HOME"/{image["reference"]} python3 train.py --batch_size 96' in script
+    assert plan_json["scheduler"] == "pbs" and plan_json["runtime"] == "apptainer"
+    assert plan_json["submit_command"] == ["qsub", "-o", "tf-xla.out", "-j", "oe", "job.sh"]
+    assert "tensorflow-2.1.0-gpu" in table and "xla" in table
+    assert (out / "apptainer.def").read_text().startswith("# Apptainer definition")
+    assert "From: tensorflow/tensorflow:2.1.0-gpu-py3" in (out / "apptainer.def").read_text()
+
+
+def test_same_request_on_slurm_gives_a_valid_sbatch_script(tmp_path):
+    doc = json.loads(json.dumps(TF_XLA_GPU))
+    doc["job"]["target"]["job_scheduler_type"] = "slurm"
+    out, _ = plan(tmp_path, doc)
+    script = (out / "job.sh").read_text()
+    assert "#SBATCH --gres=gpu:1\n" in script and "#SBATCH --time=02:00:00\n" in script
+    assert "#SBATCH --cpus-per-task=8\n" in script
+    assert "#PBS" not in script
+    assert "\nsrun apptainer exec --nv " in script
+    assert subprocess.run(["bash", "-n", str(out / "job.sh")]).returncode == 0
+    assert json.loads((out / "plan.json").read_text())["submit_command"] == [
+        "sbatch", "--parsable", "job.sh"]
+
+
+def test_plan_json_explains_the_decision(tmp_path):
+    out, _ = plan(tmp_path, dsl(**{
+        "job.optimisation.app_type-ai_training.ai_framework-pytorch":
+            {"version": "2.13", "compile": True}}))
+    p = json.loads((out / "plan.json").read_text())
+    assert p["decided_by"] == "prior"
+    assert p["chosen"]["compiler"] == "torch.compile:default"
+    ranks = [c["rank"] for c in p["candidates"]]
+    assert ranks == list(range(1, len(ranks) + 1)) and len(ranks) > 1
+    assert p["candidates"][0]["configuration"] == p["chosen"]
+    for c in p["candidates"][1:]:
+        assert c["reason"] and c["reason"] != "same as chosen"
+    assert any("compiler" not in c["reason"] and "allocator" in c["reason"]
+               for c in p["candidates"])
+    img = p["image"]
+    assert len(img["content_hash"]) == 64 and img["tag"] == img["content_hash"][:12]
+    assert img["recipe_file"] in img["recipes"].values()
+    assert (out / img["recipe_file"]).exists()
+    assert p["job_script"] == "job.sh" and (out / "job.sh").stat().st_mode & 0o100
+
+
+def test_plan_is_deterministic(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a, _ = plan(tmp_path / "a", TF_XLA_GPU)
+    b, _ = plan(tmp_path / "b", TF_XLA_GPU)
+    for name in ("job.sh", "apptainer.def", "Containerfile", "Dockerfile.charliecloud"):
+        assert (a / name).read_text() == (b / name).read_text()
+
+
+def test_readme_example_commands(tmp_path):
+    proc = run_modak("plan", "examples/mnist-cnn/blueprint.yaml", "--infra",
+                     "examples/infra/hlrs-testbed.yaml", "--out", str(tmp_path / "mnist"))
+    assert proc.returncode == 0, proc.stderr
+    assert "#PBS -N mnist-cnn" in (tmp_path / "mnist/job.sh").read_text()
+    proc = run_modak("plan", "examples/resnet50/request.json", "--out", str(tmp_path / "resnet"))
+    assert proc.returncode == 0, proc.stderr
+    script = (tmp_path / "resnet/job.sh").read_text()
+    assert "#PBS -e resnet50-training.err" in script and "#PBS -V" in script
+
+
+def test_local_embedded_default(tmp_path):
+    proc = run_modak("plan", "examples/mnist-cnn/blueprint.yaml", "--infra",
+                     "examples/infra/local.yaml", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    p = json.loads((tmp_path / "plan.json").read_text())
+    assert p["scheduler"] == "local" and p["runtime"] == "none"
+    assert p["submit_command"] == ["bash", "job.sh"]
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"job.job_options.core_count": 400}, "exceed the target's cores_per_node"),
+    ({"job.optimisation.app_type-ai_training.ai_framework-pytorch": {"version": "9.9"}},
+     "no image variant for pytorch 9.9"),
+])
+def test_plan_time_errors(tmp_path, changes, message):
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps(dsl(**changes)))
+    proc = run_modak("plan", str(req), "--infra", str(ROOT / "examples/infra/hlrs-testbed.yaml"))
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

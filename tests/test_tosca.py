@@ -1,0 +1,175 @@
+"""TOSCA blueprints: the shipped examples parse with tosca-parser; errors name node and property."""
+import textwrap
+import typing
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from modak_lib.errors import InputError
+from modak_lib.models import Application, Build, Compiler, JobOptions, Optimisation, Scheduler, Target
+from modak_lib.readers import read_request
+
+EXAMPLES = sorted((ROOT / "tosca/examples").glob("*.yaml")) + [ROOT / "examples/mnist-cnn/blueprint.yaml"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_examples_parse_with_tosca_parser(path):
+    from toscaparser.tosca_template import ToscaTemplate
+    template = ToscaTemplate(str(path))
+    assert any(n.type == "modak.nodes.AITrainingJob" for n in template.nodetemplates)
+    req = read_request(path, infra=ROOT / "examples/infra/hlrs-testbed.yaml")
+    assert req.source_format == "tosca"
+
+
+def test_cpu_slurm_example():
+    req = read_request(ROOT / "tosca/examples/mnist-cnn-slurm.yaml")
+    assert req.target.scheduler == Scheduler.slurm and req.target.name == "cluster"
+    assert req.target.frontend.port == 2222  # from an input's default
+    assert req.application.arguments == ("--model", "mnist-cnn", "--steps", "300")
+    assert req.optimisation.compilers == (Compiler.torch_compile,)
+
+
+def test_gpu_pbs_example():
+    req = read_request(ROOT / "tosca/examples/resnet50-gpu-pbs.yaml")
+    assert req.target.scheduler == Scheduler.pbs
+    assert req.target.accelerators.model == "V100"
+    assert req.job.wall_time_limit == 30 * 3600
+
+
+def test_inputs_override_defaults(tmp_path):
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text("steps: '50'\nfrontend_port: 2200\n")
+    from modak_lib.cli import _inputs
+    req = read_request(ROOT / "tosca/examples/mnist-cnn-slurm.yaml", inputs=_inputs(str(inputs)))
+    assert req.application.arguments[-1] == "50" and req.target.frontend.port == 2200
+
+
+def test_infra_is_the_base_blueprint_properties_win():
+    req = read_request(ROOT / "examples/mnist-cnn/blueprint.yaml",
+                       infra=ROOT / "examples/infra/hlrs-testbed.yaml")
+    assert req.target.microarchitecture == "skylake_avx512"  # the blueprint leaves it out
+    assert req.target.name == "target"  # the node's name
+    req = read_request(ROOT / "tosca/examples/mnist-cnn-slurm.yaml",
+                       infra=ROOT / "examples/infra/hlrs-testbed.yaml")
+    assert req.target.scheduler == Scheduler.slurm  # written in the blueprint
+    assert req.target.frontend.user == "hpcuser" and req.target.frontend.work_dir == "modak-runs"
+
+
+def blueprint(tmp_path, job_props: str, target_props: str = "scheduler: slurm",
+              node_type: str = "modak.nodes.AITrainingJob", name: str = "bp.yaml"):
+    text = textwrap.dedent(f"""\
+        tosca_definitions_version: tosca_simple_yaml_1_3
+        imports:
+          - {ROOT}/tosca/modak-types.yaml
+        topology_template:
+          node_templates:
+            hpc:
+              type: modak.nodes.HPCTarget
+              properties:
+                {{TARGET}}
+            train:
+              type: {node_type}
+              properties:
+                {{JOB}}
+              requirements:
+                - host: hpc
+        """)
+    text = text.replace("{TARGET}", textwrap.indent(target_props, " " * 8).lstrip())
+    text = text.replace("{JOB}", textwrap.indent(job_props, " " * 8).lstrip())
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+GOOD_APP = "application: {framework: pytorch, framework_version: '2.13', script: train.py}"
+
+
+def errors(path):
+    with pytest.raises(InputError) as exc:
+        read_request(path)
+    assert exc.value.source == str(path)
+    return exc.value.problems
+
+
+def test_minimal_blueprint_reads(tmp_path):
+    req = read_request(blueprint(tmp_path, GOOD_APP))
+    assert req.application.script == "train.py"
+
+
+@pytest.mark.parametrize("job_props, target_props, path, words", [
+    (GOOD_APP + "\njob_options: {job_name: 'bad name'}", "scheduler: slurm",
+     "topology_template.node_templates.train.properties.job_options.job_name", "invalid job name"),
+    (GOOD_APP + "\noptimisation: {compilers: [tvm]}", "scheduler: slurm",
+     "topology_template.node_templates.train.properties.optimisation.compilers[0]", "xla"),
+    (GOOD_APP + "\njob_options: {wall_time_limit: 'tomorrow'}", "scheduler: slurm",
+     "topology_template.node_templates.train.properties.job_options.wall_time_limit",
+     "invalid wall time"),
+    (GOOD_APP, "scheduler: slurm\nfrontend: {host: 'bad host;rm'}",
+     "topology_template.node_templates.hpc.properties.frontend.host", "invalid host name"),
+    (GOOD_APP, "scheduler: slurm\ncores_per_node: 0",
+     "topology_template.node_templates.hpc.properties.cores_per_node", "greater than 0"),
+])
+def test_property_errors_name_node_and_path(tmp_path, job_props, target_props, path, words):
+    found = errors(blueprint(tmp_path, job_props, target_props))
+    assert any(p == path and words in m for p, m in found), found
+
+
+def test_unknown_type_is_reported(tmp_path):
+    found = errors(blueprint(tmp_path, GOOD_APP, node_type="modak.nodes.AITrainingJbo"))
+    assert any("modak.nodes.AITrainingJbo" in m for _, m in found), found
+
+
+def test_missing_required_property(tmp_path):
+    found = errors(blueprint(tmp_path, "job_options: {job_name: x}"))
+    assert any("application" in m and "train" in m for _, m in found), found
+
+
+def test_unknown_property_in_datatype(tmp_path):
+    found = errors(blueprint(tmp_path, GOOD_APP + "\noptimisation: {colour: red}"))
+    assert any("colour" in m for _, m in found), found
+
+
+def test_scheduler_constraint(tmp_path):
+    found = errors(blueprint(tmp_path, GOOD_APP, "scheduler: lsf"))
+    assert any("lsf" in m for _, m in found), found
+
+
+def test_yaml_syntax_error_has_line(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("tosca_definitions_version: tosca_simple_yaml_1_3\ntopology_template: [\n")
+    found = errors(path)
+    assert "invalid YAML at line" in found[0][1]
+
+
+def test_missing_input_value(tmp_path):
+    path = blueprint(tmp_path, "application: {framework: pytorch, script: {get_input: s}}")
+    text = path.read_text().replace("topology_template:\n", "topology_template:\n  inputs:\n    s: {type: string}\n", 1)
+    path.write_text(text)
+    found = errors(path)
+    assert any("s" in m for _, m in found), found
+
+
+# ---------------------------------------------------------------------------
+# the TOSCA types and MODAK's models must not drift apart
+TYPES = yaml.safe_load((ROOT / "tosca/modak-types.yaml").read_text())
+PAIRS = [("modak.datatypes.Build", Build), ("modak.datatypes.Application", Application), ("modak.datatypes.JobOptions", JobOptions),
+         ("modak.datatypes.Optimisation", Optimisation)]
+
+
+@pytest.mark.parametrize("tosca_name, model", PAIRS, ids=[p[0] for p in PAIRS])
+def test_tosca_datatypes_match_models(tosca_name, model):
+    tosca_props = set(TYPES["data_types"][tosca_name]["properties"])
+    assert tosca_props == set(model.model_fields)
+    for name, prop in TYPES["data_types"][tosca_name]["properties"].items():
+        default = model.model_fields[name].default
+        if "default" in prop:
+            assert prop["default"] == default, name
+
+
+def test_tosca_target_matches_model():
+    props = set(TYPES["node_types"]["modak.nodes.HPCTarget"]["properties"])
+    assert props == set(Target.model_fields) - {"name"}  # the node's name is the target's
+    fields = set(TYPES["data_types"]["modak.datatypes.Frontend"]["properties"])
+    frontend = typing.get_type_hints(Target)["frontend"]
+    assert fields == set(frontend.model_fields)

@@ -9,6 +9,7 @@ names the node and the property path::
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from .common import load_document, problems_of, validate
 from .infra import resolve_host_values
 
 JOB_TYPE = "modak.nodes.AITrainingJob"
+_REPORT_LINE = re.compile(r"^[A-Za-z]+(Error|Exception): ")
 TARGET_TYPE = "modak.nodes.HPCTarget"
 
 
@@ -41,9 +43,13 @@ def _parse(path: Path, inputs: dict[str, Any]) -> Any:
     try:
         return ToscaTemplate(str(path), parsed_params=inputs or None)
     except TOSCAException as exc:
-        text = str(exc)
-        lines = [ln.strip() for ln in text.splitlines()[1:] if ln.strip()] or [text]
-        raise InputError([("", f"TOSCA: {ln}") for ln in lines], str(path)) from None
+        # the report interleaves tracebacks with "SomeError: message" lines: keep those
+        lines = []
+        for ln in str(exc).splitlines():
+            ln = ln.strip()
+            if _REPORT_LINE.match(ln) and ln not in lines and "parent_req is None" not in ln:
+                lines.append(ln)
+        raise InputError([("", f"TOSCA: {ln}") for ln in lines or [str(exc)]], str(path)) from None
     except Exception as exc:  # tosca-parser's own bugs on malformed input
         raise InputError(f"TOSCA: blueprint could not be parsed ({type(exc).__name__}: {exc})",
                          str(path)) from None

@@ -1,0 +1,148 @@
+"""Reference workloads: parameter counts, the IDX loader on real bytes, short real runs."""
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from workloads import mnist
+from workloads.fom import parse_lines
+
+SAMPLE = ROOT / "workloads/data/mnist-sample"
+
+
+def need(module: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{module} missing in CI: scripts/setup-venv installs '.[workloads]'")
+        pytest.skip(f"{module} not installed: pip install -e '.[workloads]'")
+
+
+# ---------------------------------------------------------------------------
+# the loader, on real MNIST bytes
+def test_idx_loader_reads_the_real_sample():
+    images, labels = mnist.load(SAMPLE, "t10k")
+    assert images.shape == (500, 28, 28) and images.dtype == np.uint8
+    assert labels.shape == (500,)
+    # the first ten test labels of MNIST, known by heart to anyone who printed them
+    assert labels[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
+    assert set(labels.tolist()) == set(range(10))
+    assert images.max() == 255 and images[0, :4].sum() == 0  # black border
+    assert not mnist.has_split(SAMPLE, "train")
+
+
+def _write(path: Path, raw: bytes):
+    with gzip.open(path, "wb") as f:
+        f.write(raw)
+
+
+def test_idx_loader_rejects_truncated_and_bad_files(tmp_path):
+    raw = gzip.open(SAMPLE / "t10k-images-idx3-ubyte.gz").read()
+    _write(tmp_path / "t10k-images-idx3-ubyte.gz", raw[:-10])
+    with pytest.raises(mnist.IdxError, match="data bytes"):
+        mnist.read_idx(tmp_path / "t10k-images-idx3-ubyte.gz")
+    _write(tmp_path / "bad.gz", b"PK\x03\x04" + raw[4:])
+    with pytest.raises(mnist.IdxError, match="not an IDX file"):
+        mnist.read_idx(tmp_path / "bad.gz")
+    (tmp_path / "plain-idx1-ubyte").write_bytes(b"\0\0\x08\x01\0\0\0\x02\x01\x02")
+    assert mnist.read_idx(tmp_path / "plain-idx1-ubyte").tolist() == [1, 2]  # uncompressed
+    with pytest.raises(FileNotFoundError, match="no train images"):
+        mnist.load(tmp_path, "train")
+
+
+# ---------------------------------------------------------------------------
+# parameter counts: the paper's MNIST-CNN has 1,199,882 in every framework
+def test_torch_parameter_counts():
+    need("torch")
+    from workloads.torch_models import build, trainable_parameters
+    assert trainable_parameters(build("mnist-cnn")) == 1_199_882
+    assert trainable_parameters(build("resnet50")) == 25_557_032  # torchvision's resnet50
+    assert trainable_parameters(build("resnet18")) == 11_689_512  # torchvision's resnet18
+
+
+def test_keras_parameter_counts():
+    need("keras")
+    need("tensorflow")
+    from workloads.train_keras import build
+    model = build("mnist-cnn", 10, 224)
+    assert sum(int(np.prod(w.shape)) for w in model.trainable_weights) == 1_199_882
+    resnet = build("resnet50", 1000, 64)
+    assert sum(int(np.prod(w.shape)) for w in resnet.trainable_weights) == 25_583_592
+
+
+# ---------------------------------------------------------------------------
+# short real runs through the command line, as a job script starts them
+def train(*args, env=None, timeout=300):
+    full_env = dict(os.environ, **(env or {}))
+    proc = subprocess.run([sys.executable, str(ROOT / "workloads/train.py"), *args],
+                          capture_output=True, text=True, env=full_env, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,) = parse_lines(proc.stdout)
+    m = rec["metrics"]
+    for key in ("steps_per_s", "samples_per_s", "s_per_epoch", "peak_rss_mb", "final_loss",
+                "first_step_s", "compile_s"):
+        assert isinstance(m[key], float) and np.isfinite(m[key]), key
+    assert m["steps_per_s"] > 0 and m["peak_rss_mb"] > 10
+    assert rec["host"]["cores"] >= 1 and rec["host"]["cpu_model"]
+    return rec
+
+
+@pytest.mark.parametrize("args", [
+    ["--model", "mnist-cnn", "--steps", "5"],
+    ["--model", "resnet18", "--image-size", "32", "--batch-size", "4", "--steps", "2"],
+    ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--steps", "1",
+     "--warmup", "1"],
+])
+def test_pytorch_runs_emit_figures_of_merit(args):
+    need("torch")
+    rec = train(*args)
+    assert rec["framework"] == "pytorch" and rec["config"]["compile"] == "off"
+    assert rec["metrics"]["timed_steps"] == int(args[args.index("--steps") + 1])
+
+
+def test_keras_runs_emit_figures_of_merit():
+    need("keras")
+    need("tensorflow")
+    rec = train("--framework", "keras", "--model", "mnist-cnn", "--steps", "3",
+                env={"KERAS_BACKEND": "tensorflow"})
+    assert rec["host"]["frameworks"]["keras_backend"] == "tensorflow"
+    assert rec["metrics"]["trainable_parameters"] == 1_199_882
+    rec = train("--framework", "keras", "--model", "resnet50", "--image-size", "32",
+                "--batch-size", "2", "--steps", "1", "--warmup", "1")
+    assert rec["workload"] == "resnet50"
+
+
+def test_modak_environment_is_honoured():
+    need("torch")
+    rec = train("--steps", "2", env={"MODAK_THREADS": "1", "MODAK_PRECISION": "bf16",
+                                     "MODAK_ALLOCATOR": "glibc"})
+    assert rec["config"]["threads"] == 1 and rec["config"]["precision"] == "bf16"
+
+
+def test_torch_compile_path():
+    need("torch")
+    rec = train("--steps", "2", "--warmup", "1", env={"MODAK_TORCH_COMPILE": "default"})
+    assert rec["config"]["compile"] == "default" and rec["metrics"]["compile_s"] > 0
+
+
+def test_real_data_training_reports_accuracy():
+    need("torch")
+    rec = train("--data", str(SAMPLE), "--epochs", "3", "--batch-size", "50")
+    m = rec["metrics"]
+    assert m["steps"] == 30  # 500 images / 50 per batch x 3 epochs
+    assert 0.5 < m["accuracy"] <= 1.0  # it learns even from 500 digits
+    assert "t10k only" in m["eval_data"]
+
+
+def test_a_failing_run_prints_no_figure():
+    proc = subprocess.run([sys.executable, str(ROOT / "workloads/train.py"), "--model",
+                           "mnist-cnn", "--data", "/nonexistent"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode != 0 and parse_lines(proc.stdout) == []

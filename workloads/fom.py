@@ -1,0 +1,62 @@
+"""Figures of merit: one JSON line per measurement, with the configuration and host facts."""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import sys
+from typing import Any
+
+FOM_KEY = "fom"
+DATASET_SIZES = {"mnist-cnn": 60000, "resnet50": 1281167, "resnet18": 1281167}
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def host_facts(framework_versions: dict[str, str]) -> dict[str, Any]:
+    facts: dict[str, Any] = {
+        "hostname": platform.node(), "cpu_model": _cpu_model(), "machine": platform.machine(),
+        "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+        "frameworks": framework_versions,
+    }
+    try:
+        import archspec.cpu
+        facts["microarchitecture"] = archspec.cpu.host().name
+    except Exception:  # archspec is optional inside images
+        facts["microarchitecture"] = None
+    return facts
+
+
+def emit(record: dict[str, Any]) -> None:
+    line = json.dumps({"modak": FOM_KEY, **record}, sort_keys=True)
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """The figure-of-merit records in a job's output (other lines are ignored)."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith('{"') and '"modak"' in line:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if rec.get("modak") == FOM_KEY:
+                out.append(rec)
+    return out

@@ -34,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--inputs", help="TOSCA inputs (YAML or JSON mapping)")
     plan.add_argument("--node", help="the AITrainingJob node, when a blueprint has several")
     plan.add_argument("--out", help="directory to write into (default: print the table only)")
-    plan.add_argument("--run-id", help="run id exported as MODAK_RUN_ID (default: request hash)")
+    plan.add_argument("--run-id", help="run id exported as MODAK_RUN_ID (default: a hash of the job script)")
     plan.add_argument("--ca-certs", action="store_true",
                       help="recipes copy ./certs into the image (pip behind a re-signing proxy)")
     plan.add_argument("--show", type=int, default=8, metavar="N",

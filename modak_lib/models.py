@@ -229,6 +229,8 @@ class ImageInfo(Strict):
     recipe_file: str = Field(description="the recipe the chosen runtime builds")
     recipes: dict[str, str] = Field(description="format -> file name")
     content_hash: str
+    wheelhouse: bool = Field(description="the recipe installs Python packages from ./wheels")
+    ca_certs: bool = Field(description="the recipe copies ./certs into the image")
     score_breakdown: tuple[tuple[str, float], ...]
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from . import __version__
 from .catalogue import Catalogue, Variant, load_catalogue
-from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Scheduler
+from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Scheduler, Target
+from .readers.common import validate
 from .planner import Decision, Predictor, decide
 from .render import RECIPE_FORMATS, content_hash, recipe_spec, render_job_script, render_recipe
 from .runtimes import RUNTIMES
@@ -68,9 +69,20 @@ def _launcher_words(launcher: Launcher, ranks: int, per_node: int) -> list[Word]
     return []
 
 
-def default_run_id(request: JobRequest) -> str:
-    data = request.model_dump_json(exclude={"source"})
-    return "r" + hashlib.sha256(data.encode()).hexdigest()[:11]
+def with_target(request: JobRequest, overrides: dict[str, Any]) -> JobRequest:
+    """The request on another target: ``overrides`` (e.g. an inventory's scheduler, runtime,
+    front-end) replace the target's fields, validated like an infrastructure file."""
+    if not overrides:
+        return request
+    base = request.target.model_dump(exclude_none=True)
+    if isinstance(overrides.get("frontend"), dict):
+        overrides = {**overrides, "frontend": {**base.get("frontend", {}), **overrides["frontend"]}}
+    target = validate(Target, {**base, **overrides}, "target overrides")
+    return request.model_copy(update={"target": target})
+
+
+def default_run_id(script_without_id: str) -> str:
+    return "r" + hashlib.sha256(script_without_id.encode()).hexdigest()[:11]
 
 
 def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
@@ -120,19 +132,27 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
         words.append(app.script)
     words += list(app.arguments)
 
-    run_id = run_id or default_run_id(request)
     chosen_label = cfg.label()
-    script = render_job_script(
-        directives=scheduler.directives(request.job, res), exports=runtime.exports(env),
-        launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
-        decided_by=decision.decided_by, run_id=run_id,
-        workdir_cd=target.scheduler == Scheduler.pbs)
+
+    def script_for(rid: str) -> str:
+        return render_job_script(
+            directives=scheduler.directives(request.job, res), exports=runtime.exports(env),
+            launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
+            decided_by=decision.decided_by, run_id=rid,
+            workdir_cd=target.scheduler == Scheduler.pbs)
+
+    # the default run id is the script's own hash: the same script is the same run (never
+    # submitted twice); anything that changes the script (another image, another choice)
+    # makes a new run
+    run_id = run_id or default_run_id(script_for(""))
+    script = script_for(run_id)
     files[JOB_SCRIPT] = script
 
     image = ImageInfo(variant=variant.id, name=name, tag=tag, reference=reference,
                       base=variant.base, flavour=variant.flavour,
                       recipe_file=recipe_files[fmt], recipes=recipe_files,
-                      content_hash=digest, score_breakdown=decision.match.breakdown)
+                      content_hash=digest, wheelhouse=variant.wheelhouse, ca_certs=ca_certs,
+                      score_breakdown=decision.match.breakdown)
     plan = Plan(request=request.source, modak_version=__version__, chosen=cfg,
                 candidates=decision.candidates, decided_by=decision.decided_by, image=image,
                 scheduler=target.scheduler, runtime=decision.runtime,

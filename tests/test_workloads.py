@@ -11,7 +11,7 @@ import pytest
 from conftest import ROOT
 
 from workloads import mnist
-from workloads.fom import parse_lines
+from modak_lib.results import parse_fom_lines as parse_lines
 
 SAMPLE = ROOT / "workloads/data/mnist-sample"
 

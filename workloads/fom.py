@@ -1,4 +1,7 @@
-"""Figures of merit: one JSON line per measurement, with the configuration and host facts."""
+"""Figures of merit: one JSON line per measurement, with the configuration and host facts.
+
+MODAK reads them back with ``modak_lib.results.parse_fom_lines``.
+"""
 from __future__ import annotations
 
 import json
@@ -45,18 +48,3 @@ def emit(record: dict[str, Any]) -> None:
     line = json.dumps({"modak": FOM_KEY, **record}, sort_keys=True)
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
-
-
-def parse_lines(text: str) -> list[dict[str, Any]]:
-    """The figure-of-merit records in a job's output (other lines are ignored)."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith('{"') and '"modak"' in line:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if rec.get("modak") == FOM_KEY:
-                out.append(rec)
-    return out

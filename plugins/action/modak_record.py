@@ -1,0 +1,70 @@
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# Apache License 2.0 (see the collection's LICENSE)
+"""Controller side of modak.modak.modak_record: figures of merit -> results store."""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+ARGS = dict(
+    output=dict(type="path", required=True),
+    plan=dict(type="dict", required=True),
+    store=dict(type="path"),
+    source=dict(type="str", default="deploy", choices=["deploy", "autotune", "campaign"]),
+    require=dict(type="bool", default=True),
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARGS)
+        try:
+            from modak_lib.results import ResultsStore, StoreError, parse_fom_lines, row_from_fom
+        except ImportError as exc:
+            raise AnsibleActionFail("modak_record needs the modak library on the controller: %s"
+                                    % exc)
+        plan = args["plan"]
+        try:
+            with open(args["output"], errors="replace") as f:
+                records = parse_fom_lines(f.read())
+        except (IOError, OSError) as exc:
+            raise AnsibleActionFail("cannot read the job output %s: %s" % (args["output"], exc))
+        if not records:
+            if args["require"]:
+                raise AnsibleActionFail(
+                    "the job printed no figure of merit (no {\"modak\": \"fom\"} line in %s): "
+                    "a run without its figures is a failed run" % args["output"])
+            result.update(changed=False, recorded=0, measured=None)
+            return result
+        target = plan["target"]
+        acc = target.get("accelerators") or {}
+        store = ResultsStore(args["store"])
+        try:
+            seen = store.raws_of_run(plan["run_id"])
+            rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
+                                 image=plan["image"]["variant"], target=target["name"],
+                                 accelerator=acc.get("model") or acc.get("vendor"))
+                    for rec in records]
+            new = [r for r in rows if r["raw"] not in seen]
+            if not self._play_context.check_mode:
+                store.append(new)
+        except StoreError as exc:
+            raise AnsibleActionFail(str(exc))
+        last = records[-1]["metrics"]
+        pred = (plan["candidates"][0].get("prediction") or {}) if plan.get("candidates") else {}
+        result.update(changed=bool(new), recorded=len(new), store=str(store.path),
+                      measured={"steps_per_s": last["steps_per_s"],
+                                "s_per_step": 1.0 / last["steps_per_s"],
+                                "samples_per_s": last.get("samples_per_s"),
+                                "compile_s": last.get("compile_s"),
+                                "final_loss": last.get("final_loss"),
+                                "accuracy": last.get("accuracy")},
+                      predicted_s_per_step=pred.get("seconds"))
+        return result

@@ -1,0 +1,270 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# Apache License 2.0 (see the collection's LICENSE)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: modak_job
+short_description: Submit, watch and cancel a MODAK training job on an HPC front-end
+version_added: "0.1.0"
+description:
+  - Submits a job script rendered by MODAK to Slurm (C(sbatch)), PBS/Torque (C(qsub)) or
+    runs it in the background without a scheduler (C(local)), and reports its state.
+  - Submission is idempotent. The job's work directory keeps a record of the run id and the
+    script's SHA-256; the same run is never submitted twice, and a changed script under an
+    old run id is an error (ask for a new run id instead).
+  - Final states are C(COMPLETED), C(FAILED), C(CANCELLED), C(TIMEOUT), C(NODE_FAIL),
+    C(OUT_OF_MEMORY), C(PREEMPTED), C(BOOT_FAIL) and C(DEADLINE), each with the exit code
+    where the scheduler reports one.
+  - Uses only the Python standard library, so that it runs with a front-end's own Python.
+options:
+  workdir:
+    description: The job's work directory on the front-end; it holds the job script.
+    type: path
+    required: true
+  script:
+    description: The job script, relative to O(workdir).
+    type: str
+    default: job.sh
+  scheduler:
+    description: How the job is run.
+    type: str
+    choices: [slurm, pbs, local]
+    required: true
+  run_id:
+    description: The run this submission belongs to (MODAK's plan run id).
+    type: str
+    required: true
+  state:
+    description:
+      - V(submitted) submits unless this run was submitted already.
+      - V(finished) does the same, then waits until the job ends (at most O(timeout)
+        seconds) and fails unless it ended C(COMPLETED).
+      - V(status) only reports.
+      - V(cancelled) cancels the run's job if it is still active.
+    type: str
+    choices: [submitted, finished, status, cancelled]
+    default: submitted
+  stdout:
+    description: The job's standard output file, relative to O(workdir).
+    type: str
+    required: true
+  stderr:
+    description: The job's standard error file; omitted means combined with O(stdout).
+    type: str
+  walltime:
+    description: Seconds after which a V(local) job is stopped and reported C(TIMEOUT).
+    type: int
+  timeout:
+    description: Seconds O(state=finished) waits before failing with the job still active.
+    type: int
+    default: 3600
+  poll:
+    description: Seconds between two status queries while waiting.
+    type: int
+    default: 5
+author:
+  - MODAK developers
+notes:
+  - Supports check mode; a submission that would happen reports C(changed) without
+    submitting.
+"""
+
+EXAMPLES = r"""
+- name: Submit the run (once)
+  modak.modak.modak_job:
+    workdir: ~/modak-runs/mnist-cnn-r1a2b3c4
+    scheduler: slurm
+    run_id: r1a2b3c4
+    stdout: mnist-cnn.out
+
+- name: Wait for it and fail unless it completed
+  modak.modak.modak_job:
+    workdir: ~/modak-runs/mnist-cnn-r1a2b3c4
+    scheduler: slurm
+    run_id: r1a2b3c4
+    stdout: mnist-cnn.out
+    state: finished
+    timeout: 1800
+
+- name: Cancel it
+  modak.modak.modak_job:
+    workdir: ~/modak-runs/mnist-cnn-r1a2b3c4
+    scheduler: slurm
+    run_id: r1a2b3c4
+    stdout: mnist-cnn.out
+    state: cancelled
+"""
+
+RETURN = r"""
+job_id:
+  description: The scheduler's job id (C(local-PID) without a scheduler).
+  returned: when the run was submitted
+  type: str
+  sample: "42"
+submitted:
+  description: Whether this call submitted the job.
+  returned: always
+  type: bool
+state:
+  description: The job's state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, TIMEOUT, ...).
+  returned: when the run was submitted
+  type: str
+  sample: COMPLETED
+exit_code:
+  description: The job script's exit code, where known.
+  returned: when the run was submitted
+  type: int
+terminal:
+  description: Whether the state is final.
+  returned: when the run was submitted
+  type: bool
+reason:
+  description: The scheduler's reason for a pending job, or why a state was inferred.
+  returned: when known
+  type: str
+stdout_path:
+  description: Absolute path of the job's standard output on the front-end.
+  returned: always
+  type: str
+stderr_path:
+  description: Absolute path of the job's standard error, when separate.
+  returned: always
+  type: str
+elapsed_s:
+  description: Seconds the workload ran, from the job script's final line.
+  returned: when the job script finished
+  type: float
+"""
+
+import hashlib
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.modak.modak.plugins.module_utils.modak_jobctl import (
+    JobError, job_line, scheduler as get_scheduler)
+
+RECORD = ".modak-job.json"
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(65536), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def load_record(workdir):
+    try:
+        with open(os.path.join(workdir, RECORD)) as f:
+            return json.load(f)
+    except (IOError, OSError, ValueError):
+        return None
+
+
+def save_record(workdir, record):
+    tmp = os.path.join(workdir, RECORD + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.rename(tmp, os.path.join(workdir, RECORD))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            workdir=dict(type="path", required=True),
+            script=dict(type="str", default="job.sh"),
+            scheduler=dict(type="str", required=True, choices=["slurm", "pbs", "local"]),
+            run_id=dict(type="str", required=True),
+            state=dict(type="str", default="submitted",
+                       choices=["submitted", "finished", "status", "cancelled"]),
+            stdout=dict(type="str", required=True),
+            stderr=dict(type="str"),
+            walltime=dict(type="int"),
+            timeout=dict(type="int", default=3600),
+            poll=dict(type="int", default=5),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    workdir = p["workdir"]
+    script = os.path.join(workdir, p["script"])
+    result = dict(changed=False, submitted=False,
+                  stdout_path=os.path.join(workdir, p["stdout"]),
+                  stderr_path=os.path.join(workdir, p["stderr"]) if p["stderr"] else None)
+    if not os.path.isfile(script):
+        module.fail_json(msg="job script %s does not exist" % script, **result)
+    sched = get_scheduler(p["scheduler"])
+    digest = sha256(script)
+    record = load_record(workdir)
+    if record and record.get("run_id") == p["run_id"] and record.get("sha256") != digest:
+        module.fail_json(msg="the job script of run %s changed since it was submitted as job %s;"
+                         " plan a new run id to submit the new script"
+                         % (p["run_id"], record.get("job_id")), **result)
+    if record and record.get("run_id") != p["run_id"]:
+        module.fail_json(msg="%s holds run %s, not %s: each run needs its own work directory"
+                         % (workdir, record.get("run_id"), p["run_id"]), **result)
+
+    try:
+        if record is None and p["state"] in ("submitted", "finished"):
+            result["changed"] = True
+            if module.check_mode:
+                module.exit_json(msg="would submit run %s" % p["run_id"], **result)
+            if p["scheduler"] == "local":
+                job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
+                                      walltime=p["walltime"])
+            else:
+                job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"])
+            record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
+                      "scheduler": p["scheduler"], "submitted_at": time.time()}
+            save_record(workdir, record)
+            result["submitted"] = True
+        if record is None:
+            module.exit_json(msg="run %s was not submitted" % p["run_id"], **result)
+        job_id = record["job_id"]
+        result["job_id"] = job_id
+        status = sched.status(workdir, job_id, result["stdout_path"])
+
+        if p["state"] == "cancelled" and not status.terminal:
+            result["changed"] = True
+            if not module.check_mode:
+                sched.cancel(workdir, job_id)
+                for _ in range(60):
+                    status = sched.status(workdir, job_id, result["stdout_path"])
+                    if status.terminal:
+                        break
+                    time.sleep(1)
+
+        if p["state"] == "finished":
+            deadline = time.time() + p["timeout"]
+            while not status.terminal and time.time() < deadline:
+                time.sleep(max(1, p["poll"]))
+                status = sched.status(workdir, job_id, result["stdout_path"])
+    except JobError as exc:
+        module.fail_json(msg=str(exc), **result)
+
+    result.update(status.as_dict())
+    line = job_line(result["stdout_path"])
+    if line is not None:
+        result["elapsed_s"] = line.get("elapsed_s")
+    if p["state"] == "finished":
+        if not status.terminal:
+            module.fail_json(msg="job %s is still %s after %d s" % (job_id, status.state,
+                                                                   p["timeout"]), **result)
+        if status.state != "COMPLETED":
+            module.fail_json(msg="job %s ended %s (exit code %s)%s" % (
+                job_id, status.state, status.exit_code,
+                ": " + status.reason if status.reason else ""), **result)
+    module.exit_json(msg="job %s is %s" % (job_id, status.state), **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# Apache License 2.0 (see the collection's LICENSE)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: modak_plan
+short_description: Plan a training job and render its recipes and job script
+version_added: "0.1.0"
+description:
+  - Runs on the controller (an action plugin). Reads a TOSCA blueprint or a MODAK DSL
+    document, asks MODAK's planner for the configuration, and writes C(plan.json), the job
+    script and the container recipes into O(out_dir)/RUN_ID.
+  - Needs the C(modak) Python package on the controller.
+options:
+  request:
+    description: The TOSCA blueprint or MODAK DSL document.
+    type: path
+    required: true
+  infra:
+    description: An infrastructure file describing the target's hardware.
+    type: path
+  inputs:
+    description: TOSCA inputs, as a mapping or the path of a YAML/JSON file.
+    type: raw
+  node:
+    description: The AITrainingJob node, when a blueprint has several.
+    type: str
+  target:
+    description:
+      - Target fields that replace the request's (for example the inventory's C(scheduler),
+        C(container_runtime), C(frontend)), validated like an infrastructure file.
+    type: dict
+    default: {}
+  out_dir:
+    description: Directory on the controller; the plan goes into a folder named by the run id.
+    type: path
+    required: true
+  run_id:
+    description: The run id; default a hash of the request, so that the same request is one run.
+    type: str
+  new_run:
+    description: Append a timestamp to the run id, so that the job is submitted again.
+    type: bool
+    default: false
+  ca_certs:
+    description: Recipes copy C(certs/) from the build context into the image.
+    type: bool
+    default: false
+author:
+  - MODAK developers
+notes:
+  - Supports check mode (nothing is written).
+"""
+
+EXAMPLES = r"""
+- name: Plan the MNIST-CNN example for the inventory's front-end
+  modak.modak.modak_plan:
+    request: examples/mnist-cnn/blueprint.yaml
+    infra: examples/infra/local-frontend.yaml
+    target:
+      scheduler: slurm
+      container_runtime: podman
+    out_dir: build/plans
+  register: modak_plan
+"""
+
+RETURN = r"""
+plan:
+  description: The plan (the content of plan.json).
+  returned: success
+  type: dict
+plan_dir:
+  description: The folder on the controller holding plan.json, the job script and recipes.
+  returned: success
+  type: str
+run_id:
+  description: The run id.
+  returned: success
+  type: str
+files:
+  description: The names of the files written.
+  returned: success
+  type: list
+  elements: str
+stdout:
+  description: The job's standard output file name.
+  returned: success
+  type: str
+stderr:
+  description: The job's standard error file name, when separate.
+  returned: success
+  type: str
+walltime:
+  description: The job's wall-time limit in seconds, if any.
+  returned: success
+  type: int
+predicted_s:
+  description: The predicted seconds per step of the chosen configuration, when a model predicted.
+  returned: success
+  type: float
+"""

@@ -1,0 +1,70 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# Apache License 2.0 (see the collection's LICENSE)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: modak_record
+short_description: Record a job's figures of merit in MODAK's results store
+version_added: "0.1.0"
+description:
+  - Runs on the controller (an action plugin). Reads the C({"modak": "fom", ...}) lines a
+    MODAK workload printed into its (fetched) output and appends them to the results store
+    that the performance model reads, once per run.
+  - A job that printed no figure of merit is a failed run (unless O(require=false)).
+options:
+  output:
+    description: The job's output file on the controller.
+    type: path
+    required: true
+  plan:
+    description: The plan (modak_plan's C(plan) return value).
+    type: dict
+    required: true
+  store:
+    description: The results store; default C($MODAK_RESULTS) or C(~/.local/share/modak/results.sqlite).
+    type: path
+  source:
+    description: What produced the measurement.
+    type: str
+    choices: [deploy, autotune, campaign]
+    default: deploy
+  require:
+    description: Fail when the output holds no figure of merit.
+    type: bool
+    default: true
+author:
+  - MODAK developers
+notes:
+  - Supports check mode (nothing is written).
+"""
+
+EXAMPLES = r"""
+- name: Record the run's measurements
+  modak.modak.modak_record:
+    output: build/results/r1a2b3c4/mnist-cnn.out
+    plan: "{{ modak_plan.plan }}"
+"""
+
+RETURN = r"""
+recorded:
+  description: Rows added to the store (0 when this run was recorded before).
+  returned: always
+  type: int
+store:
+  description: The results store's path.
+  returned: when figures were found
+  type: str
+measured:
+  description: The last figure of merit (steps_per_s, s_per_step, samples_per_s, compile_s, final_loss, accuracy).
+  returned: always
+  type: dict
+predicted_s_per_step:
+  description: What the plan predicted for the chosen configuration, if a model predicted.
+  returned: when figures were found
+  type: float
+"""

@@ -96,7 +96,7 @@ def recipe_spec(variant: Variant, microarch: str, base: str, *, ca_certs: bool =
         env["PATH"] = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     pip = f"{python} -m pip install --no-cache-dir"
     if variant.wheelhouse:
-        pip += " --no-index --find-links /tmp/wheels"
+        pip += " --no-index --find-links /opt/modak-wheels"
     packages = list(variant.pip) + list(extra_pip)
     if packages:
         install.append(f"{pip} " + " ".join(shlex.quote(p) for p in packages))
@@ -111,7 +111,8 @@ def recipe_spec(variant: Variant, microarch: str, base: str, *, ca_certs: bool =
         install.append(f"{build_env} {pip} --no-binary {shlex.quote(sb.package)} "
                        f"{shlex.quote(sb.package + '==' + sb.version)}")
     if variant.wheelhouse:
-        install.append("rm -rf /tmp/wheels")
+        # not under /tmp: Charliecloud's RUN sees the host's /tmp, not the image's
+        install.append("rm -rf /opt/modak-wheels")
     return RecipeSpec(variant=variant.id, base=base, bootstrap=variant.bootstrap, labels=labels,
                       run_lines=tuple(run_lines), install_lines=tuple(install), env=env,
                       wheelhouse=variant.wheelhouse, ca_certs=ca_certs)

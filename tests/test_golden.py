@@ -123,7 +123,7 @@ def test_apptainer_sees_its_own_template_braces():
     result, files = rendered(CASES["slurm-apptainer"])
     recipe = files["apptainer.def"]
     assert "%arguments\n    WHEELHOUSE=wheels\n" in recipe
-    assert "    {{ WHEELHOUSE }} /tmp/wheels\n" in recipe
+    assert "    {{ WHEELHOUSE }} /opt/modak-wheels\n" in recipe
 
 
 def test_image_tag_is_the_recipe_hash():

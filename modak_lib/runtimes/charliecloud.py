@@ -17,7 +17,10 @@ class Charliecloud(RuntimeSpec):
         return f"{name}:{tag}"
 
     def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
-        words: list[Word] = ["ch-run", "--bind", Raw(f"{BIND}:{WORKDIR}"), "--cd", WORKDIR]
+        # bare --set-env applies the image's own ENV (its PATH); --env-no-expand keeps ch-run
+        # from expanding $ in MODAK's values (the shell quoting already made them literal)
+        words: list[Word] = ["ch-run", "--bind", Raw(f"{BIND}:{WORKDIR}"), "--cd", WORKDIR,
+                             "--env-no-expand", "--set-env"]
         for key, value in env.items():
             words.append(f"--set-env={key}={value}")
         return words + [image, "--"]

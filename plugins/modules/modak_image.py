@@ -112,7 +112,8 @@ def builder_commands(runtime, image, recipe, context, build_args):
         }
     if runtime == "charliecloud":
         return {
-            "exists": ["ch-image", "list", image],
+            # `ch-image list REF` also asks the image's registry: list local storage only
+            "exists": ["ch-image", "list"],
             "build": ["ch-image", "build", "--force", "-t", image, "-f", recipe] + args + [context],
             "remove": ["ch-image", "delete", image],
         }
@@ -148,7 +149,9 @@ def main():
     else:
         cwd = p["context"]
 
-    rc, _, _ = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
+    rc, out, _ = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
+    if p["runtime"] == "charliecloud":
+        rc = 0 if rc == 0 and p["image"] in out.split() else 1
     exists = rc == 0 and os.path.exists(marker)
 
     if p["state"] == "absent":

@@ -1,0 +1,187 @@
+"""The deploy path for real: playbooks/deploy.yml against the front-end of scripts/frontend.
+
+Slurm and its PBS wrappers, SSH with a pinned host key, images built on the front-end by
+rootless Podman and by Charliecloud, jobs that complete, fail, run out of time or are
+cancelled.  The module's fixture starts the front-end through the project's own script
+and stops it again if it started it.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from modak_lib.results import ResultsStore
+
+pytestmark = pytest.mark.slow
+QUICK = ROOT / "tests/data/mnist-quick.yaml"
+FRONTEND = ROOT / "scripts/frontend"
+
+
+def _unavailable() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    if not shutil.which("apt-get") or not Path("/etc/debian_version").exists():
+        return "needs Debian's apt-get"
+    if not shutil.which("ansible-playbook"):
+        return "needs ansible-core (scripts/setup-venv installs it)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def frontend():
+    why = _unavailable()
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(f"the deploy tests must run in CI but {why}")
+        pytest.skip(f"{why}: run scripts/test as root on Debian (scripts/frontend installs "
+                    "Slurm, SSH, Podman and Charliecloud)")
+    was_up = subprocess.run([str(FRONTEND), "status"], capture_output=True).returncode == 0
+    for step in (["install"], ["up"], ["base-image"]):
+        proc = subprocess.run([str(FRONTEND), *step], capture_output=True, text=True,
+                              timeout=900)
+        assert proc.returncode == 0, f"scripts/frontend {step[0]}: {proc.stderr[-3000:]}"
+    proc = subprocess.run([str(ROOT / "scripts/wheelhouse")], capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    yield
+    if not was_up:
+        subprocess.run([str(FRONTEND), "down"], check=True, timeout=120)
+        assert subprocess.run([str(FRONTEND), "status"], capture_output=True).returncode != 0
+
+
+@pytest.fixture
+def deploy(tmp_path, frontend):
+    # a work directory of its own: runs of earlier test sessions cannot answer for this one
+    work = f"modak-test-{uuid.uuid4().hex[:8]}"
+    store = tmp_path / "results.sqlite"
+
+    def run(playbook="deploy.yml", env=None, request=QUICK, inputs=None, **extra):
+        variables = {"modak_request": str(request), "modak_work_dir": work,
+                     "modak_plan_dir": str(tmp_path / "plans"),
+                     "modak_results_dir": str(tmp_path / "results"),
+                     "modak_inputs": inputs or {}, "modak_job_timeout": 600,
+                     "modak_job_poll": 3, **extra}
+        vars_file = tmp_path / f"vars-{uuid.uuid4().hex[:6]}.json"
+        vars_file.write_text(json.dumps(variables))
+        full_env = dict(os.environ, MODAK_RESULTS=str(store), ANSIBLE_NOCOLOR="1",
+                        ANSIBLE_FORCE_COLOR="0", **(env or {}))
+        proc = subprocess.run(["ansible-playbook", f"playbooks/{playbook}", "-e",
+                               f"@{vars_file}"], cwd=ROOT, env=full_env, capture_output=True,
+                              text=True, timeout=1800)
+        proc.recap = _recap(proc.stdout)
+        return proc
+
+    run.store = ResultsStore(store)
+    run.tmp = tmp_path
+    return run
+
+
+def _recap(out: str) -> dict:
+    m = re.search(r"frontend\s+:\s+(.*)", out.split("PLAY RECAP")[-1])
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))} if m else {}
+
+
+def _task(out: str, name: str) -> str:
+    """The first result line ('ok', 'changed', 'skipping', 'fatal') of a task."""
+    block = out.split(f"{name}]")[1] if f"{name}]" in out else ""
+    m = re.search(r"^(ok|changed|skipping|fatal|FAILED)", block.split("TASK [")[0], re.M)
+    return m.group(1) if m else ""
+
+
+def _ok(proc):
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+
+
+def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
+    first = deploy()
+    _ok(first)
+    assert re.search(r"job \d+ COMPLETED \(exit code 0\)", first.stdout)
+    assert _task(first.stdout, "Submit the job (once per run)") == "changed"
+    rows = deploy.store.rows()
+    assert len(rows) == 1 and rows[0]["source"] == "deploy" and rows[0]["steps"] == 20
+    assert rows[0]["image"] == "pytorch-2.13.0-cpu" and rows[0]["s_per_step"] > 0
+
+    second = deploy()
+    _ok(second)
+    assert second.recap["changed"] == 0, second.stdout[-3000:]
+    assert _task(second.stdout, "Ensure the image exists (built once per recipe hash)") == "ok"
+    assert _task(second.stdout, "Submit the job (once per run)") == "ok"
+    assert len(deploy.store.rows()) == 1  # the run is recorded once
+
+    third = deploy(modak_new_run=True)  # asked for: a new job, same image
+    _ok(third)
+    assert _task(third.stdout, "Submit the job (once per run)") == "changed"
+    assert _task(third.stdout, "Ensure the image exists (built once per recipe hash)") == "ok"
+    assert len(deploy.store.rows()) == 2
+
+
+def test_pbs_wrappers_run_the_pbs_script(deploy):
+    proc = deploy(env={"MODAK_SCHEDULER": "pbs"}, inputs={"job_name": "mnist-pbs"})
+    _ok(proc)
+    plans = list((deploy.tmp / "plans").glob("*/job.sh"))
+    assert len(plans) == 1 and "#PBS -l nodes=1:ppn=" in plans[0].read_text()
+    assert re.search(r"job \d+ COMPLETED", proc.stdout)
+    assert len(deploy.store.rows()) == 1
+
+
+def test_charliecloud_builds_and_runs(deploy):
+    proc = deploy(env={"MODAK_RUNTIME": "charliecloud"}, inputs={"job_name": "mnist-ch"})
+    _ok(proc)
+    plan = json.loads(next((deploy.tmp / "plans").glob("*/plan.json")).read_text())
+    assert plan["runtime"] == "charliecloud"
+    assert "ch-run " in next((deploy.tmp / "plans").glob("*/job.sh")).read_text()
+    assert re.search(r"job \d+ COMPLETED", proc.stdout)
+
+
+def test_a_failing_job_ends_the_playbook_with_its_state_and_logs(deploy):
+    proc = deploy(inputs={"job_name": "mnist-fails", "data": "/nonexistent"})
+    assert proc.returncode != 0
+    assert re.search(r"job \d+ of run \S+ ended FAILED \(exit code 1\)", proc.stdout)
+    out = next((deploy.tmp / "results").glob("*/mnist-fails.out")).read_text()
+    assert "FileNotFoundError" in out  # the log came back
+    assert deploy.store.count() == 0  # a failed run records no figure
+
+
+def test_a_job_over_its_wall_time_ends_timeout(deploy):
+    proc = deploy(inputs={"job_name": "mnist-slow", "steps": "100000", "wall_time": "00:01:00"})
+    assert proc.returncode != 0
+    assert re.search(r"job \d+ of run \S+ ended TIMEOUT", proc.stdout), proc.stdout[-3000:]
+    out = next((deploy.tmp / "results").glob("*/mnist-slow.out")).read_text()
+    assert "DUE TO TIME LIMIT" in out
+
+
+def test_a_cancelled_job_ends_cancelled(deploy):
+    inputs = {"job_name": "mnist-cancel", "steps": "100000"}
+    started = deploy(inputs=inputs, modak_wait=False)
+    _ok(started)
+    cancel = deploy("cancel.yml", inputs=inputs)
+    _ok(cancel)
+    assert re.search(r"job \d+ is CANCELLED", cancel.stdout), cancel.stdout[-3000:]
+    proc = deploy(inputs=inputs)
+    assert proc.returncode != 0
+    assert re.search(r"ended CANCELLED", proc.stdout), proc.stdout[-3000:]
+    assert next((deploy.tmp / "results").glob("*/mnist-cancel.out")).exists()
+
+
+def test_local_scheduler_over_a_local_connection(tmp_path):
+    """No root, no Slurm, no container: the localhost inventory still runs the example."""
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    variables = {"modak_request": str(QUICK), "modak_inputs": {"steps": "5"},
+                 "modak_work_dir": str(tmp_path / "runs"),
+                 "modak_plan_dir": str(tmp_path / "plans"),
+                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1}
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"))
+    proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
+                           "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    _ok(proc)
+    assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
+    assert ResultsStore(tmp_path / "store.sqlite").count() == 1

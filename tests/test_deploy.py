@@ -20,39 +20,6 @@ from modak_lib.results import ResultsStore
 
 pytestmark = pytest.mark.slow
 QUICK = ROOT / "tests/data/mnist-quick.yaml"
-FRONTEND = ROOT / "scripts/frontend"
-
-
-def _unavailable() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root"
-    if not shutil.which("apt-get") or not Path("/etc/debian_version").exists():
-        return "needs Debian's apt-get"
-    if not shutil.which("ansible-playbook"):
-        return "needs ansible-core (scripts/setup-venv installs it)"
-    return None
-
-
-@pytest.fixture(scope="module")
-def frontend():
-    why = _unavailable()
-    if why:
-        if os.environ.get("CI"):
-            pytest.fail(f"the deploy tests must run in CI but {why}")
-        pytest.skip(f"{why}: run scripts/test as root on Debian (scripts/frontend installs "
-                    "Slurm, SSH, Podman and Charliecloud)")
-    was_up = subprocess.run([str(FRONTEND), "status"], capture_output=True).returncode == 0
-    for step in (["install"], ["up"], ["base-image"]):
-        proc = subprocess.run([str(FRONTEND), *step], capture_output=True, text=True,
-                              timeout=900)
-        assert proc.returncode == 0, f"scripts/frontend {step[0]}: {proc.stderr[-3000:]}"
-    proc = subprocess.run([str(ROOT / "scripts/wheelhouse")], capture_output=True, text=True,
-                          timeout=900)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    yield
-    if not was_up:
-        subprocess.run([str(FRONTEND), "down"], check=True, timeout=120)
-        assert subprocess.run([str(FRONTEND), "status"], capture_output=True).returncode != 0
 
 
 @pytest.fixture

@@ -55,7 +55,7 @@ def test_same_request_on_slurm_gives_a_valid_sbatch_script(tmp_path):
     assert "\nsrun apptainer exec --nv " in script
     assert subprocess.run(["bash", "-n", str(out / "job.sh")]).returncode == 0
     assert json.loads((out / "plan.json").read_text())["submit_command"] == [
-        "sbatch", "--parsable", "job.sh"]
+        "sbatch", "--parsable", "--output=tf-xla.out", "job.sh"]
 
 
 def test_plan_json_explains_the_decision(tmp_path):

@@ -41,4 +41,5 @@ class Slurm(SchedulerSpec):
         return [f"{self.directive_prefix} {x}" for x in d]
 
     def submit_command(self, script: str, res: Resources) -> list[str]:
-        return ["sbatch", "--parsable", script]
+        argv = ["sbatch", "--parsable", f"--output={res.stdout}"]
+        return argv + ([f"--error={res.stderr}"] if res.stderr else []) + [script]

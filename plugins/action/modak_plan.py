@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: MODAK developers
-# Apache License 2.0 (see the collection's LICENSE)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Controller side of modak.modak.modak_plan: calls modak_lib to plan and render."""
 from __future__ import absolute_import, division, print_function
 
@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        _, args = self.validate_argument_spec(argument_spec=ARGS)
+        dummy, args = self.validate_argument_spec(argument_spec=ARGS)
         try:
             import time
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: MODAK developers
-# Apache License 2.0 (see the collection's LICENSE)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Job control on an HPC front-end: submit, status, cancel for slurm, pbs and local.
 
 Runs on the front-end (old Pythons, no MODAK installed): standard library only.
@@ -74,8 +74,12 @@ class Slurm(object):
     name = "slurm"
 
     def submit(self, workdir, script, stdout, stderr):
-        rc, out, err = run(["sbatch", "--parsable", script], cwd=workdir)
-        job_id = out.strip().split(";")[0]
+        # the output files on the command line win over the script's directives, so that
+        # the module reads what it was told the job writes
+        argv = ["sbatch", "--parsable", "--output=" + stdout]
+        argv += ["--error=" + stderr] if stderr else []
+        rc, out, err = run(argv + [script], cwd=workdir)
+        job_id = out.strip().split(";", maxsplit=1)[0]
         if not job_id.isdigit():
             raise JobError("sbatch printed no job id: %r" % out)
         return job_id
@@ -84,14 +88,14 @@ class Slurm(object):
         rc, out, err = run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], check=False)
         line = out.strip().splitlines()[0] if rc == 0 and out.strip() else ""
         if line:
-            state, _, reason = line.partition("|")
+            state, dummy, reason = line.partition("|")
             if state in ACTIVE:
                 return Status(state, reason=reason or None)
         # finished (or finishing): sacct when accounting runs, else scontrol's memory
         rc, out, err = run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode"],
                            check=False)
         if rc == 0 and out.strip():
-            state, _, code = out.strip().splitlines()[0].partition("|")
+            state, dummy, code = out.strip().splitlines()[0].partition("|")
             return _slurm_status(state.split()[0], code)
         rc, out, err = run(["scontrol", "-o", "show", "job", job_id], check=False)
         if rc == 0 and "JobState=" in out:
@@ -137,7 +141,7 @@ class Pbs(object):
         argv = ["qsub", "-o", stdout] + (["-e", stderr] if stderr else ["-j", "oe"]) + [script]
         rc, out, err = run(argv, cwd=workdir)
         job_id = out.strip().splitlines()[-1].strip() if out.strip() else ""
-        if not job_id or not job_id.split(".")[0].isdigit():
+        if not job_id or not job_id.split(".", maxsplit=1)[0].isdigit():
             raise JobError("qsub printed no job id: %r" % out)
         return job_id
 
@@ -146,7 +150,7 @@ class Pbs(object):
         fields = {}
         for line in out.splitlines():
             if "=" in line:
-                k, _, v = line.partition("=")
+                k, dummy, v = line.partition("=")
                 fields[k.strip()] = v.strip()
         state = fields.get("job_state")
         if rc == 0 and state in ("Q", "H", "W", "T"):
@@ -236,7 +240,7 @@ class Local(object):
                 os.killpg(pid, signal.SIGTERM)
             except OSError:
                 pass
-            for _ in range(40):
+            for dummy in range(40):
                 if not _alive(pid):
                     break
                 time.sleep(0.25)

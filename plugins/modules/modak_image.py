@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: MODAK developers
-# Apache License 2.0 (see the collection's LICENSE)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -53,7 +53,7 @@ options:
     choices: [present, absent]
     default: present
 author:
-  - MODAK developers
+  - MODAK developers (@modak)
 notes:
   - Supports check mode; a build that would happen reports C(changed) without building.
 """
@@ -89,7 +89,6 @@ duration_s:
 
 import os
 import re
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -119,8 +118,8 @@ def builder_commands(runtime, image, recipe, context, build_args):
         }
     return {  # apptainer: build into a temporary file, rename when complete
         "exists": ["test", "-s", image],
-        "build": ["apptainer", "build", "--fakeroot", "--force"] + args
-                 + [image + ".partial", recipe],
+        "build": ["apptainer", "build", "--fakeroot", "--force"] + args + [
+            image + ".partial", recipe],
         "remove": ["rm", "-f", image],
     }
 
@@ -149,7 +148,7 @@ def main():
     else:
         cwd = p["context"]
 
-    rc, out, _ = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
+    rc, out, dummy = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
     if p["runtime"] == "charliecloud":
         rc = 0 if rc == 0 and p["image"] in out.split() else 1
     exists = rc == 0 and os.path.exists(marker)
@@ -174,16 +173,15 @@ def main():
     if not os.path.isdir(os.path.dirname(marker)):
         os.makedirs(os.path.dirname(marker))
     start = time.time()
-    with open(log, "w") as out:
+    with open(log, "w") as out:  # a killed build still leaves what was started
         out.write("$ %s\n" % " ".join(cmds["build"]))
-        out.flush()
-        proc = subprocess.Popen(cmds["build"], cwd=cwd, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, stdin=open(os.devnull))
-        rc = proc.wait()
+    rc, stdout, stderr = module.run_command(cmds["build"], cwd=cwd, environ_update=env)
     result["duration_s"] = round(time.time() - start, 1)
+    with open(log, "a") as out:
+        out.write(stdout)
+        out.write(stderr)
     if rc != 0:
-        with open(log) as f:
-            tail = f.read()[-3000:]
+        tail = (stdout + stderr)[-3000:]
         module.fail_json(msg="building %s failed (exit %d); log: %s\n%s" % (p["image"], rc, log, tail),
                          **result)
     if p["runtime"] == "apptainer":

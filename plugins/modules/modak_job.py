@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: MODAK developers
-# Apache License 2.0 (see the collection's LICENSE)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -68,7 +68,7 @@ options:
     type: int
     default: 5
 author:
-  - MODAK developers
+  - MODAK developers (@modak)
 notes:
   - Supports check mode; a submission that would happen reports C(changed) without
     submitting.
@@ -237,7 +237,7 @@ def main():
             result["changed"] = True
             if not module.check_mode:
                 sched.cancel(workdir, job_id)
-                for _ in range(60):
+                for dummy in range(60):
                     status = sched.status(workdir, job_id, result["stdout_path"])
                     if status.terminal:
                         break
@@ -257,8 +257,8 @@ def main():
         result["elapsed_s"] = line.get("elapsed_s")
     if p["state"] == "finished":
         if not status.terminal:
-            module.fail_json(msg="job %s is still %s after %d s" % (job_id, status.state,
-                                                                   p["timeout"]), **result)
+            module.fail_json(msg="job %s is still %s after %d s"
+                             % (job_id, status.state, p["timeout"]), **result)
         if status.state != "COMPLETED":
             module.fail_json(msg="job %s ended %s (exit code %s)%s" % (
                 job_id, status.state, status.exit_code,

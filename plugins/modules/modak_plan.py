@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: MODAK developers
-# Apache License 2.0 (see the collection's LICENSE)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -52,7 +52,7 @@ options:
     type: bool
     default: false
 author:
-  - MODAK developers
+  - MODAK developers (@modak)
 notes:
   - Supports check mode (nothing is written).
 """

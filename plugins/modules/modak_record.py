@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
 # Copyright: MODAK developers
-# Apache License 2.0 (see the collection's LICENSE)
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
@@ -12,9 +12,9 @@ module: modak_record
 short_description: Record a job's figures of merit in MODAK's results store
 version_added: "0.1.0"
 description:
-  - Runs on the controller (an action plugin). Reads the C({"modak": "fom", ...}) lines a
-    MODAK workload printed into its (fetched) output and appends them to the results store
-    that the performance model reads, once per run.
+  - Runs on the controller (an action plugin). Reads the figure-of-merit lines (JSON objects
+    with C(modak) set to C(fom)) that a MODAK workload printed into its (fetched) output and
+    appends them to the results store that the performance model reads, once per run.
   - A job that printed no figure of merit is a failed run (unless O(require=false)).
 options:
   output:
@@ -38,7 +38,7 @@ options:
     type: bool
     default: true
 author:
-  - MODAK developers
+  - MODAK developers (@modak)
 notes:
   - Supports check mode (nothing is written).
 """

@@ -48,7 +48,7 @@ GRIDS: dict[str, tuple[list[str], list[tuple[str, dict[str, str]]]]] = {
     "mnist-keras": (["--framework", "keras", "--model", "mnist-cnn", "--steps", "60"], [
         ("stock", {}),
         ("xla", {"MODAK_JIT_COMPILE": "1"}),
-        ("threads=2", {"MODAK_THREADS": "2", "TF_NUM_INTEROP_THREADS": "2"}),
+        ("threads=1", {"MODAK_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}),
         ("bf16", {"MODAK_PRECISION": "bf16"}),
     ]),
     "resnet18-torch": (["--framework", "pytorch", "--model", "resnet18", "--image-size", "64",
@@ -83,8 +83,12 @@ def main() -> int:
     store = ResultsStore(a.store)
     for grid in a.grid or list(GRIDS):
         args, points = GRIDS[grid]
-        points = [(label, env) for label, env in points
-                  if not env.get("LD_PRELOAD") or Path(env["LD_PRELOAD"]).exists()]
+        missing = [label for label, env in points
+                   if env.get("LD_PRELOAD") and not Path(env["LD_PRELOAD"]).exists()]
+        if missing:
+            print(f"   skipping {', '.join(missing)}: apt-get install libgoogle-perftools4 "
+                  "libjemalloc2 (scripts/frontend install does)", flush=True)
+        points = [(label, env) for label, env in points if label not in missing]
         print(f"== {grid}: {len(points)} configurations x {a.repeats} repeats", flush=True)
         run_one(args, points[0][1])  # warm-up: page cache, kernels, .pyc
         for r in range(a.repeats):

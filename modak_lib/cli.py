@@ -40,6 +40,27 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--show", type=int, default=8, metavar="N",
                       help="candidates to list in the table (default 8)")
     plan.add_argument("--json", action="store_true", help="print plan.json instead of the table")
+    plan.add_argument("--model", default="auto", metavar="auto|none|PATH",
+                      help="performance model: auto (the saved one, fitted on first use), "
+                           "none (the rule-based prior), or a model file")
+
+    model = sub.add_parser("model", help="the performance model: fit, eval, predict, plot")
+    msub = model.add_subparsers(dest="model_command", required=True)
+    for name, text in (("fit", "fit on the shipped dataset and the results store, and save"),
+                       ("eval", "held-out errors, decision regret, speedup over stock"),
+                       ("plot", "predicted vs measured (held out) as a PNG"),
+                       ("predict", "predicted seconds per step of every candidate")):
+        m = msub.add_parser(name, help=text)
+        m.add_argument("--store", help="results store (default $MODAK_RESULTS or ~/.local/...)")
+        m.add_argument("--model-file", help="model artefact (default $MODAK_MODEL or ~/.local/...)")
+        if name == "predict":
+            m.add_argument("request")
+            m.add_argument("--infra")
+            m.add_argument("--inputs")
+        if name == "plot":
+            m.add_argument("--out", default="model.png")
+        if name in ("eval", "plot"):
+            m.add_argument("--estimator", default="linear")
 
     schema = sub.add_parser("schema", help="print the JSON Schema of every MODAK input")
     schema.add_argument("--only", choices=["dsl", "infra", "tosca", "plan"],
@@ -65,7 +86,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs),
                            node=args.node)
-    result = make_plan(request, run_id=args.run_id, ca_certs=args.ca_certs)
+    result = make_plan(request, predictor=_predictor(args.model), run_id=args.run_id,
+                       ca_certs=args.ca_certs)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
@@ -84,6 +106,77 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _predictor(choice: str):
+    """The performance model the planner asks, or None for the prior."""
+    if choice == "none":
+        return None
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        if choice != "auto":
+            raise ModakError("the performance model needs scikit-learn: pip install 'modak[model]'")
+        return None
+    from .model import ModelPredictor, auto_predictor, load, training_frame
+    if choice == "auto":
+        return auto_predictor()
+    from .results import ResultsStore, load_frame
+    return ModelPredictor(load(Path(choice)), training_frame(load_frame(ResultsStore())))
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from . import model as m
+    from .report import table_lines
+    from .results import ResultsStore, load_frame
+
+    path = Path(args.model_file) if args.model_file else m.default_path()
+    store = ResultsStore(args.store)
+    if args.model_command == "fit":
+        fitted = m.fit(load_frame(store))
+        fitted.save(path)
+        meta = fitted.meta
+        print(f"fitted {meta['model_id']} on {meta['rows']} measurements of "
+              f"{meta['configurations']} configurations; saved {path}")
+        rows = [[k, f"{v:.1%}", "kept" if k == meta["estimator"] else ""]
+                for k, v in meta["held_out_mape"].items()]
+        print("\n".join(table_lines(rows, ["estimator", "held-out MAPE", ""])))
+        return 0
+    if args.model_command in ("eval", "plot"):
+        result = m.evaluate(load_frame(store), args.estimator)
+        if args.model_command == "plot":
+            print(f"wrote {m.plot(result, Path(args.out))}")
+            return 0
+        print(f"estimator {args.estimator}: held-out MAPE per workload "
+              "(LOCO: configuration left out; LOWO: whole workload left out)")
+        rows = [[r["workload"], str(r["configurations"]), f"{r['mape_loco']:.1%}",
+                 f"{r['mape_lowo']:.1%}"] for r in result["per_workload"]]
+        print("\n".join(table_lines(rows, ["workload", "configs", "LOCO MAPE", "LOWO MAPE"])))
+        print("\ndecisions (the model's LOCO choice vs the best measured configuration)")
+        rows = [[d["workload"], d["framework"], d["target"], d["chosen"], d["best"],
+                 f"{d['regret']:.1%}", f"{d['speedup_vs_stock']:.2f}x"]
+                for d in result["decisions"]]
+        print("\n".join(table_lines(rows, ["workload", "framework", "target", "chosen",
+                                           "best measured", "regret", "vs stock"])))
+        print("\nestimators (LOCO MAPE over all measurements)")
+        rows = [[k, f"{v:.1%}"] for k, v in result["estimators"].items()]
+        print("\n".join(table_lines(rows, ["estimator", "MAPE"])))
+        return 0
+    # predict
+    from .pipeline import make_plan
+    from .readers import read_request
+    request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs))
+    predictor = m.ModelPredictor(m.load(path), m.training_frame(load_frame(store)))
+    plan = make_plan(request, predictor=predictor).plan
+    rows = [[str(c.rank), c.configuration.label(),
+             f"{c.prediction.seconds:.4g}" if c.prediction else "-",
+             f"[{c.prediction.low:.3g}, {c.prediction.high:.3g}]" if c.prediction else "",
+             c.prediction.source if c.prediction else ""] for c in plan.candidates]
+    print("\n".join(table_lines(rows, ["#", "configuration", "s/step", "90% interval",
+                                       "source"])))
+    for note in plan.notes:
+        print(f"note: {note}")
+    return 0
+
+
 def cmd_schema(args: argparse.Namespace) -> int:
     from .schema import schemas
     doc = schemas(args.only)
@@ -95,7 +188,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"plan": cmd_plan, "schema": cmd_schema}[args.command](args)
+        return {"plan": cmd_plan, "schema": cmd_schema, "model": cmd_model}[args.command](args)
     except InputError as exc:
         for line in exc.format().splitlines():
             print(f"modak: error: {line}", file=sys.stderr)

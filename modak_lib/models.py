@@ -239,7 +239,7 @@ class Plan(Strict):
     modak_version: str
     chosen: Configuration
     candidates: tuple[Candidate, ...]
-    decided_by: Literal["prior", "model", "measurements"]
+    decided_by: Literal["prior", "model", "autotune"]
     image: ImageInfo
     scheduler: Scheduler
     runtime: Runtime
@@ -249,4 +249,6 @@ class Plan(Strict):
     submit_command: tuple[str, ...]
     target: Target
     run_id: str
+    autotune: tuple[Configuration, ...] = Field(
+        (), description="candidates a short autotuning trial should measure")
     notes: tuple[str, ...] = ()

@@ -87,9 +87,10 @@ def default_run_id(script_without_id: str) -> str:
 
 def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
               run_id: Optional[str] = None, ca_certs: bool = False,
-              catalogue: Optional[Catalogue] = None) -> PlanResult:
+              catalogue: Optional[Catalogue] = None,
+              force: Optional[Configuration] = None) -> PlanResult:
     cat = catalogue or load_catalogue()
-    decision = decide(request, predictor, cat)
+    decision = decide(request, predictor, cat, force=force)
     cfg, res = decision.chosen, decision.resources
     variant = cat.variant(cfg.image)
     target = request.target
@@ -160,6 +161,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                 else decision.inner_launcher,
                 environment=env, job_script=JOB_SCRIPT,
                 submit_command=tuple(scheduler.submit_command(JOB_SCRIPT, res)),
-                target=target, notes=decision.notes, run_id=run_id)
+                target=target, notes=decision.notes, run_id=run_id,
+                autotune=decision.autotune)
     files["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
     return PlanResult(plan=plan, files=files, decision=decision)

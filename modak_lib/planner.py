@@ -36,11 +36,15 @@ class Predictor(Protocol):
         """A prediction per configuration, or None where the model cannot say."""
 
 
+AUTOTUNE_K = 3  # candidates a proposed autotuning trial runs
+
+
 @dataclass(frozen=True)
 class Decision:
     chosen: Configuration
     candidates: tuple[Candidate, ...]
     decided_by: str
+    autotune: tuple[Configuration, ...]
     match: Match
     matches: tuple[Match, ...]
     resources: Resources
@@ -173,7 +177,8 @@ def _prior_reason(cfg: Configuration, best: Configuration, scores: dict[str, flo
 
 
 def decide(request: JobRequest, predictor: Predictor | None = None,
-           catalogue: Catalogue | None = None) -> Decision:
+           catalogue: Catalogue | None = None, force: Configuration | None = None) -> Decision:
+    """Rank the candidates; ``force`` pins the choice (an autotuning trial of one of them)."""
     cat = catalogue or load_catalogue()
     matches = select_images(request, cat)
     res = resources(request)
@@ -188,6 +193,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             notes.append(f"{c.value} was requested but no matching image supports it")
 
     predictions = predictor.predict(request, configs) if predictor else [None] * len(configs)
+    notes += list(getattr(predictor, "notes", []) or [])
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
     if predicted:
         decided_by = "model"
@@ -202,15 +208,38 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             configs, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
         best, best_p = ranked[0]
 
+    # close calls are settled by measuring: propose a short trial of the top candidates
+    autotune: tuple[Configuration, ...] = ()
+    top = [p for _, p in ranked[:AUTOTUNE_K] if p is not None]
+    if decided_by == "model" and len(top) > 1 and top[1].low <= top[0].high \
+            and not top[0].source.startswith("measured"):
+        autotune = tuple(c for c, _ in ranked[:AUTOTUNE_K])
+        notes.append(f"the top {len(autotune)} candidates are within the model's uncertainty: "
+                     "an autotuning trial (playbooks/autotune.yml) would settle it")
+    elif request.optimisation.enable_autotuning and len(ranked) > 1:
+        autotune = tuple(c for c, _ in ranked[:AUTOTUNE_K])
+    if force is not None:
+        index = next((i for i, (c, _) in enumerate(ranked) if c == force), None)
+        if index is None:
+            raise InputError(f"configuration {force.label()} is not a candidate of this request",
+                             request.source)
+        ranked.insert(0, ranked.pop(index))
+        best, best_p = ranked[0]
+        decided_by = "autotune"
+
     candidates = []
     for i, (cfg, pred) in enumerate(ranked):
-        if i == 0:
-            reason = (f"fastest predicted: {best_p.seconds:.3g} s" if best_p else
+        if i == 0 and force is not None:
+            reason = "autotuning trial of this candidate"
+        elif i == 0:
+            reason = (f"fastest predicted: {best_p.seconds:.3g} s/step ({best_p.source})"
+                      if best_p else
                       f"highest image score {scores[cfg.image]:g}; prior: "
                       + (f"{cfg.compiler.split(':')[0]} as requested" if cfg.compiler
                          else "no graph compiler") + ", framework defaults otherwise")
         elif pred is not None and best_p is not None:
-            reason = f"predicted {pred.seconds:.3g} s > {best_p.seconds:.3g} s"
+            reason = (f"predicted {pred.seconds:.3g} s/step > {best_p.seconds:.3g} s/step "
+                      f"({pred.source})")
         elif best_p is not None:
             reason = "no prediction for this configuration"
         else:
@@ -219,5 +248,6 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                                     prediction=pred, reason=reason))
     match = next(m for m in matches if m.variant.id == best.image)
     return Decision(chosen=best, candidates=tuple(candidates), decided_by=decided_by,
+                    autotune=autotune,
                     match=match, matches=tuple(matches), resources=res, runtime=runtime,
                     launcher=outer, inner_launcher=inner, notes=tuple(notes))

@@ -6,7 +6,7 @@ from typing import Optional
 from .models import Plan
 
 
-def _table(rows: list[list[str]], header: list[str]) -> list[str]:
+def table_lines(rows: list[list[str]], header: list[str]) -> list[str]:
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     fmt = "  ".join("{:<%d}" % w for w in widths)
     lines = [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
@@ -24,7 +24,7 @@ def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None) -> str:
         + (f", {plan.target.accelerators.count}x {plan.target.accelerators.model or plan.target.accelerators.vendor}"
            if plan.target.accelerators else ""),
         f"  image      {img.reference or img.name + ':' + img.tag} ({img.flavour}, base {img.base})",
-        f"  score      " + ", ".join(f"{why} +{pts:g}" for why, pts in img.score_breakdown),
+        "  score      " + ", ".join(f"{why} +{pts:g}" for why, pts in img.score_breakdown),
         f"  chosen     compiler={c.compiler or 'off'} threads={c.threads} "
         f"allocator={c.allocator.value} precision={c.precision.value}",
         "",
@@ -37,7 +37,7 @@ def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None) -> str:
                      cfg.allocator.value, cfg.precision.value,
                      f"{pred.seconds:.3g} [{pred.low:.3g}, {pred.high:.3g}]" if pred else "-",
                      cand.reason])
-    lines += _table(rows, ["#", "image", "compiler", "thr", "alloc", "prec", "predicted s",
+    lines += table_lines(rows, ["#", "image", "compiler", "thr", "alloc", "prec", "predicted s",
                            "why"])
     if len(plan.candidates) > show:
         lines.append(f"... {len(plan.candidates) - show} more candidates in plan.json")

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from .paths import data_file
 from .errors import ModakError
 
 SHIPPED = Path(__file__).parent / "data" / "measurements.csv"
@@ -43,11 +43,7 @@ class StoreError(ModakError):
 
 
 def default_path() -> Path:
-    env = os.environ.get("MODAK_RESULTS")
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_DATA_HOME", Path.home() / ".local" / "share"))
-    return base / "modak" / "results.sqlite"
+    return data_file("MODAK_RESULTS", "results.sqlite")
 
 
 def parse_fom_lines(text: str) -> list[dict[str, Any]]:

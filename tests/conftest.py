@@ -82,6 +82,15 @@ def run_modak(*args: str, cwd: Path | None = None) -> subprocess.CompletedProces
                           env=env, timeout=60)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_store_and_model(tmp_path_factory):
+    """Tests never read or write the user's results store or model."""
+    d = tmp_path_factory.mktemp("modak-data")
+    os.environ["MODAK_RESULTS"] = str(d / "results.sqlite")
+    os.environ["MODAK_MODEL"] = str(d / "model.joblib")
+    yield
+
+
 @pytest.fixture
 def tmp_json(tmp_path):
     def make(data: Any, name: str = "request.json") -> Path:

@@ -11,7 +11,6 @@ import re
 import shutil
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -37,6 +36,7 @@ def deploy(tmp_path, frontend):
         vars_file = tmp_path / f"vars-{uuid.uuid4().hex[:6]}.json"
         vars_file.write_text(json.dumps(variables))
         full_env = dict(os.environ, MODAK_RESULTS=str(store), ANSIBLE_NOCOLOR="1",
+                        MODAK_MODEL=str(tmp_path / "model.joblib"),
                         ANSIBLE_FORCE_COLOR="0", **(env or {}))
         proc = subprocess.run(["ansible-playbook", f"playbooks/{playbook}", "-e",
                                f"@{vars_file}"], cwd=ROOT, env=full_env, capture_output=True,
@@ -145,7 +145,8 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
                  "modak_plan_dir": str(tmp_path / "plans"),
                  "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1}
     (tmp_path / "vars.json").write_text(json.dumps(variables))
-    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"))
+    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
+               MODAK_MODEL=str(tmp_path / "model.joblib"))
     proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
                            "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

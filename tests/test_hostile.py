@@ -6,7 +6,6 @@ value verbatim as one argument (or one environment value), and no file other
 than the expected ones may appear.
 """
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -35,7 +35,7 @@ def test_tensorflow_xla_gpu_on_torque(tmp_path):
     plan_json = json.loads((out / "plan.json").read_text())
     image = plan_json["image"]
     assert image["variant"] == "tensorflow-2.1.0-gpu"
-    assert f'apptainer exec --nv --cleanenv' in script
+    assert 'apptainer exec --nv --cleanenv' in script
     assert f'"$HOME"/{image["reference"]} python3 train.py --batch_size 96' in script
     assert plan_json["scheduler"] == "pbs" and plan_json["runtime"] == "apptainer"
     assert plan_json["submit_command"] == ["qsub", "-o", "tf-xla.out", "-j", "oe", "job.sh"]

@@ -1,6 +1,5 @@
 """Reference workloads: parameter counts, the IDX loader on real bytes, short real runs."""
 import gzip
-import json
 import os
 import subprocess
 import sys

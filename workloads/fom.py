@@ -19,6 +19,21 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile", "sve",
+                  "bf16")
+
+
+def _cpu_flags() -> list[str]:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return sorted(set(line.split(":", 1)[1].split()) & set(RELEVANT_FLAGS))
+    except OSError:
+        pass
+    return []
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
@@ -32,7 +47,8 @@ def _cpu_model() -> str:
 
 def host_facts(framework_versions: dict[str, str]) -> dict[str, Any]:
     facts: dict[str, Any] = {
-        "hostname": platform.node(), "cpu_model": _cpu_model(), "machine": platform.machine(),
+        "hostname": platform.node(), "cpu_model": _cpu_model(), "cpu_features": _cpu_flags(),
+        "machine": platform.machine(),
         "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
         "frameworks": framework_versions,
     }

@@ -12,8 +12,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..errors import InputError
-from ..models import (Allocator, Application, Build, Compiler, Framework, JobOptions, JobRequest,
-                      Optimisation, Scheduler, Target)
+from ..models import Allocator, Build, Compiler, Framework, JobRequest, Scheduler, Target
 from ..validate import EnvName, MailEvents, WallTime
 from .common import validate
 

@@ -119,21 +119,30 @@ def read_tosca(path: str | Path, inputs: dict[str, Any] | None = None,
         raw = n.entity_tpl.get("properties") or {}
         return resolver.resolve(raw, where)
 
-    tprops = props(target_node, tprefix)
+    return request_from_nodes(job.name, props(job, f"{prefix}.properties"), target_node.name,
+                              props(target_node, tprefix), source, base_target)
+
+
+def request_from_nodes(job_name: str, job_props: dict[str, Any], target_name: str,
+                       target_props: dict[str, Any], source: str,
+                       base_target: Target | None = None) -> JobRequest:
+    """The request of one AITrainingJob node and its HPCTarget host, from their properties
+    (as written in a blueprint, or as an orchestrator such as xOpera evaluated them)."""
+    prefix = f"topology_template.node_templates.{job_name}"
+    tprefix = f"topology_template.node_templates.{target_name}.properties"
+    tprops = {k: v for k, v in target_props.items() if v is not None}
     base = base_target.model_dump(exclude_none=True) if base_target else {}
-    target_data = resolve_host_values({**base, "name": target_node.name, **tprops})
+    target_data = resolve_host_values({**base, "name": target_name, **tprops})
     if isinstance(base.get("frontend"), dict) and isinstance(tprops.get("frontend"), dict):
         target_data["frontend"] = {**base["frontend"], **tprops["frontend"]}
     target = validate(Target, target_data, source, tprefix)
-
-    jprops = props(job, f"{prefix}.properties")
     data = {
         "source": source,
         "source_format": "tosca",
-        "job": jprops.get("job_options") or {},
-        "application": jprops.get("application") or {},
-        "optimisation": jprops.get("optimisation") or {},
-        "environment": jprops.get("environment") or {},
+        "job": job_props.get("job_options") or {},
+        "application": job_props.get("application") or {},
+        "optimisation": job_props.get("optimisation") or {},
+        "environment": job_props.get("environment") or {},
         "target": target,
     }
     try:

@@ -6,14 +6,17 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import hashlib
 import json
 import os
+import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
 ARGS = dict(
-    request=dict(type="path", required=True),
+    request=dict(type="path"),
+    nodes=dict(type="dict"),
     infra=dict(type="path"),
     inputs=dict(type="raw"),
     node=dict(type="str"),
@@ -22,7 +25,17 @@ ARGS = dict(
     run_id=dict(type="str"),
     new_run=dict(type="bool", default=False),
     ca_certs=dict(type="bool", default=False),
+    model=dict(type="str", default="auto"),
+    force=dict(type="dict"),
+    extra_arguments=dict(type="list", elements="str", default=[]),
 )
+
+
+def _read(path):
+    if not path:
+        return ""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 class ActionModule(ActionBase):
@@ -31,59 +44,105 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        dummy, args = self.validate_argument_spec(argument_spec=ARGS)
+        dummy, args = self.validate_argument_spec(
+            argument_spec=ARGS, mutually_exclusive=[("request", "nodes")],
+            required_one_of=[("request", "nodes")])
         try:
-            import time
-
+            from modak_lib.cli import _predictor
             from modak_lib.errors import ModakError
+            from modak_lib.models import Configuration
             from modak_lib.pipeline import make_plan, with_target
-            from modak_lib.readers import read_request
+            from modak_lib.readers import read_infra, read_request
             from modak_lib.readers.common import load_document
+            from modak_lib.readers.tosca import request_from_nodes
         except ImportError as exc:
             raise AnsibleActionFail("modak_plan needs the modak library on the controller "
                                     "(pip install modak): %s" % exc)
+
+        # the same request on the same target is the same run: reuse its plan (so that a
+        # second deploy neither re-plans with a refitted model nor submits again)
+        key = hashlib.sha256(json.dumps({
+            "request": _read(args["request"]), "nodes": args["nodes"],
+            "infra": _read(args["infra"]), "inputs": args["inputs"], "node": args["node"],
+            "target": args["target"], "run_id": args["run_id"], "ca_certs": args["ca_certs"],
+            "force": args["force"], "extra": args["extra_arguments"],
+        }, sort_keys=True, default=str).encode()).hexdigest()[:20]
+        pin = os.path.join(args["out_dir"], "requests", key + ".json")
+        if os.path.exists(pin) and not args["new_run"]:
+            with open(pin) as f:
+                pinned = json.load(f)
+            if os.path.exists(os.path.join(pinned["plan_dir"], "plan.json")):
+                with open(os.path.join(pinned["plan_dir"], "plan.json")) as f:
+                    pinned["plan"] = json.load(f)
+                pinned.update(changed=False, msg="reusing the plan of run %s (ask for a new "
+                              "run to plan again)" % pinned["run_id"])
+                result.update(pinned)
+                return result
+
         inputs = args["inputs"]
         try:
             if isinstance(inputs, str):
                 from pathlib import Path
                 inputs = load_document(Path(inputs))
-            request = read_request(args["request"], infra=args["infra"], inputs=inputs or {},
-                                   node=args["node"])
+            if args["nodes"]:
+                n = args["nodes"]
+                base = read_infra(args["infra"]) if args["infra"] else None
+                request = request_from_nodes(n["job"]["name"], n["job"]["properties"] or {},
+                                             n["target"]["name"],
+                                             n["target"]["properties"] or {},
+                                             "TOSCA node %s" % n["job"]["name"], base)
+            else:
+                request = read_request(args["request"], infra=args["infra"],
+                                       inputs=inputs or {}, node=args["node"])
             request = with_target(request, args["target"])
-            plan = make_plan(request, run_id=args["run_id"], ca_certs=args["ca_certs"])
-            if args["new_run"]:  # the same plan under a new run id
+            if args["extra_arguments"]:  # e.g. a short autotuning trial: --steps 30
+                app = request.application.model_copy(update={
+                    "arguments": request.application.arguments + tuple(args["extra_arguments"])})
+                request = request.model_copy(update={"application": app})
+            force = Configuration.model_validate(args["force"]) if args["force"] else None
+            predictor = _predictor(args["model"])
+            plan = make_plan(request, predictor=predictor, run_id=args["run_id"],
+                             ca_certs=args["ca_certs"], force=force)
+            if args["new_run"]:  # the same decision under a new run id
                 run_id = "%s-%s" % (plan.plan.run_id, time.strftime("%Y%m%dT%H%M%S"))
-                plan = make_plan(request, run_id=run_id, ca_certs=args["ca_certs"])
-            run_id = plan.plan.run_id
+                plan = make_plan(request, predictor=predictor, run_id=run_id,
+                                 ca_certs=args["ca_certs"], force=force)
         except ModakError as exc:
             raise AnsibleActionFail("MODAK plan failed:\n%s" % exc)
+        run_id = plan.plan.run_id
 
         out = os.path.join(args["out_dir"], run_id)
-        if not os.path.isdir(out):
-            os.makedirs(out)
         changed = False
+        if not self._play_context.check_mode:
+            for d in (out, os.path.dirname(pin)):
+                if not os.path.isdir(d):
+                    os.makedirs(d)
         for name, text in plan.files.items():
             path = os.path.join(out, name)
             old = None
             if os.path.exists(path):
                 with open(path) as f:
                     old = f.read()
-            if old != text and not self._play_context.check_mode:
-                with open(path + ".tmp", "w") as f:
-                    f.write(text)
-                os.rename(path + ".tmp", path)
+            if old != text:
                 changed = True
-            elif old != text:
-                changed = True
-        os.chmod(os.path.join(out, plan.plan.job_script), 0o755)
-        data = json.loads(plan.files["plan.json"])
+                if not self._play_context.check_mode:
+                    with open(path + ".tmp", "w") as f:
+                        f.write(text)
+                    os.rename(path + ".tmp", path)
+        if not self._play_context.check_mode:
+            os.chmod(os.path.join(out, plan.plan.job_script), 0o755)
         chosen = plan.plan.candidates[0]
-        result.update(
-            changed=changed, plan=data, plan_dir=out, run_id=run_id,
-            files=sorted(plan.files), job_name=request.job.job_name,
+        summary = dict(
+            plan_dir=out, run_id=run_id, files=sorted(plan.files), job_name=request.job.job_name,
             stdout=plan.decision.resources.stdout, stderr=plan.decision.resources.stderr,
             walltime=plan.decision.resources.walltime_s,
             predicted_s=chosen.prediction.seconds if chosen.prediction else None,
+            chosen=plan.plan.chosen.label(), decided_by=plan.plan.decided_by,
             msg="planned %s: %s (decided by %s)" % (run_id, plan.plan.chosen.label(),
                                                     plan.plan.decided_by))
+        if not self._play_context.check_mode:
+            with open(pin + ".tmp", "w") as f:
+                json.dump(summary, f)
+            os.rename(pin + ".tmp", pin)
+        result.update(summary, changed=changed, plan=json.loads(plan.files["plan.json"]))
         return result

@@ -15,6 +15,7 @@ ARGS = dict(
     store=dict(type="path"),
     source=dict(type="str", default="deploy", choices=["deploy", "autotune", "campaign"]),
     require=dict(type="bool", default=True),
+    refit=dict(type="bool", default=False),
 )
 
 
@@ -57,9 +58,21 @@ class ActionModule(ActionBase):
                 store.append(new)
         except StoreError as exc:
             raise AnsibleActionFail(str(exc))
+        refit = None
+        if args["refit"] and new and not self._play_context.check_mode:
+            try:  # the closed loop: the next plan learns from this run
+                from modak_lib.model import ModelError, default_path, fit
+                from modak_lib.results import load_frame
+                model = fit(load_frame(store), estimators=("linear",))
+                model.save(default_path())
+                refit = model.meta["model_id"]
+            except ImportError:
+                refit = "skipped: scikit-learn is not installed"
+            except ModelError as exc:
+                refit = "skipped: %s" % exc
         last = records[-1]["metrics"]
         pred = (plan["candidates"][0].get("prediction") or {}) if plan.get("candidates") else {}
-        result.update(changed=bool(new), recorded=len(new), store=str(store.path),
+        result.update(changed=bool(new), recorded=len(new), store=str(store.path), refit=refit,
                       measured={"steps_per_s": last["steps_per_s"],
                                 "s_per_step": 1.0 / last["steps_per_s"],
                                 "samples_per_s": last.get("samples_per_s"),

@@ -16,11 +16,18 @@ description:
     document, asks MODAK's planner for the configuration, and writes C(plan.json), the job
     script and the container recipes into O(out_dir)/RUN_ID.
   - Needs the C(modak) Python package on the controller.
+  - The same request for the same target is the same run - its plan is reused (the run is
+    never submitted twice) until O(new_run) asks for a new one, which plans again with
+    everything measured since.
 options:
   request:
-    description: The TOSCA blueprint or MODAK DSL document.
+    description: The TOSCA blueprint or MODAK DSL document. One of O(request) and O(nodes).
     type: path
-    required: true
+  nodes:
+    description:
+      - The properties of an AITrainingJob node and its HPCTarget host, as an orchestrator
+        (xOpera) evaluated them - C({job: {name, properties}, target: {name, properties}}).
+    type: dict
   infra:
     description: An infrastructure file describing the target's hardware.
     type: path
@@ -51,6 +58,22 @@ options:
     description: Recipes copy C(certs/) from the build context into the image.
     type: bool
     default: false
+  force:
+    description:
+      - Choose this candidate configuration (C(image), C(compiler), C(threads), C(allocator),
+        C(precision)), for an autotuning trial of it; it must be one of the request's candidates.
+    type: dict
+  extra_arguments:
+    description: Arguments appended to the application's (a short trial, e.g. C(--steps 30)).
+    type: list
+    elements: str
+    default: []
+  model:
+    description:
+      - The performance model - V(auto) (the saved one, fitted on first use), V(none) (the
+        rule-based prior), or the path of a model file.
+    type: str
+    default: auto
 author:
   - MODAK developers (@modak)
 notes:
@@ -103,4 +126,12 @@ predicted_s:
   description: The predicted seconds per step of the chosen configuration, when a model predicted.
   returned: success
   type: float
+chosen:
+  description: The chosen configuration, as one line.
+  returned: success
+  type: str
+decided_by:
+  description: What decided (prior, model, autotune).
+  returned: success
+  type: str
 """

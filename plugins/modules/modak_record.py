@@ -37,6 +37,12 @@ options:
     description: Fail when the output holds no figure of merit.
     type: bool
     default: true
+  refit:
+    description:
+      - After recording new figures, refit the performance model (the linear model) and save
+        it where C(modak plan) finds it (C($MODAK_MODEL) or C(~/.local/share/modak/model.joblib)).
+    type: bool
+    default: false
 author:
   - MODAK developers (@modak)
 notes:
@@ -63,6 +69,10 @@ measured:
   description: The last figure of merit (steps_per_s, s_per_step, samples_per_s, compile_s, final_loss, accuracy).
   returned: always
   type: dict
+refit:
+  description: The id of the refitted model, or why the refit was skipped.
+  returned: when figures were found
+  type: str
 predicted_s_per_step:
   description: What the plan predicted for the chosen configuration, if a model predicted.
   returned: when figures were found

@@ -1,0 +1,474 @@
+"""The performance model: seconds per training step from measured runs.
+
+Fitted with pandas and scikit-learn on the results store (plus the dataset MODAK ships).
+The default estimator is the seed paper's linear statistical model: a linear regression of
+log(seconds per step) on the features and their pairwise interactions (ridge-regularised,
+since the interactions outnumber the measurements).  Other estimators are fitted too and
+replace it only when they predict clearly better on held-out configurations.
+
+A fitted model is a versioned artefact (joblib + JSON): the feature list, a fingerprint
+of the training data, the library versions, the held-out error.  Loading it with other
+library versions is an error, never a silent mis-prediction.
+
+The planner gets a :class:`ModelPredictor`.  For a configuration that was measured on
+the same target, it answers with the measured median (measurements beat models); for a
+workload/target with too few measured configurations (a cold start) it answers nothing,
+and the planner falls back to its documented prior.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import platform
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from . import __version__
+from .paths import data_file
+from .errors import ModakError
+from .models import Configuration, JobRequest, Prediction
+
+MIN_CONFIGS = 3        # measured configurations of a workload on a target before the model speaks
+PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
+Z90 = 1.645            # two-sided 90% interval in log space
+
+CATEGORICAL = ["workload", "framework", "compiler", "allocator", "precision", "channels_last",
+               "onednn", "microarchitecture", "accelerator", "bf16_native"]
+NUMERIC = ["log_params", "log_macs", "log_batch", "log_threads", "log_cores"]
+CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
+TARGET_KEYS = ["workload", "framework", "microarchitecture", "cores", "batch_size", "image_size"]
+
+# multiply-accumulates per sample (forward) at the reference input size, and that size
+WORKLOADS = {
+    "mnist-cnn": {"params": 1_199_882, "macs": 11_992_448, "size": 28, "batch": 128},
+    "resnet18": {"params": 11_689_512, "macs": 1_819_000_000, "size": 224, "batch": 32},
+    "resnet50": {"params": 25_557_032, "macs": 4_110_000_000, "size": 224, "batch": 32},
+}
+BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}
+
+
+class ModelError(ModakError):
+    pass
+
+
+def default_path() -> Path:
+    return data_file("MODAK_MODEL", "model.joblib")
+
+
+def library_versions() -> dict[str, str]:
+    import numpy
+    import pandas
+    import sklearn
+    return {"scikit-learn": sklearn.__version__, "pandas": pandas.__version__,
+            "numpy": numpy.__version__, "python": platform.python_version()[:4].rstrip("."),
+            "modak": __version__}
+
+
+# ---------------------------------------------------------------------------
+# features
+def _macs(workload: str, image_size: Optional[float]) -> float:
+    w = WORKLOADS.get(workload)
+    if w is None:
+        return float("nan")
+    size = image_size if image_size and image_size == image_size else w["size"]
+    return w["macs"] * (float(size) / w["size"]) ** 2
+
+
+def feature_frame(df):
+    """Model inputs from store-shaped rows (one row per measurement or candidate)."""
+    import numpy as np
+    import pandas as pd
+
+    out = pd.DataFrame(index=df.index)
+    out["workload"] = df["workload"].astype(str)
+    out["framework"] = df["framework"].astype(str)
+    out["compiler"] = df["compiler"].fillna("off").astype(str)
+    out["allocator"] = df["allocator"].fillna("glibc").astype(str)
+    out["precision"] = df["precision"].fillna("fp32").astype(str)
+    out["channels_last"] = df["channels_last"].fillna(0).astype(int).astype(str)
+    out["onednn"] = df["onednn"].fillna(1).astype(int).astype(str)
+    out["microarchitecture"] = df["microarchitecture"].fillna("unknown").astype(str)
+    out["accelerator"] = df["accelerator"].fillna("none").astype(str)
+    bf16 = df["bf16_native"] if "bf16_native" in df else pd.Series(False, index=df.index)
+    out["bf16_native"] = bf16.fillna(False).astype(bool).astype(str)
+    params = df["trainable_parameters"].astype(float)
+    params = params.where(params > 0, df["workload"].map(
+        lambda w: WORKLOADS.get(w, {}).get("params", np.nan)))
+    out["log_params"] = np.log(params.astype(float))
+    out["log_macs"] = np.log([_macs(w, s) for w, s in zip(df["workload"], df["image_size"])])
+    out["log_batch"] = np.log(df["batch_size"].astype(float))
+    out["log_threads"] = np.log(df["threads"].astype(float))
+    out["log_cores"] = np.log(df["cores"].astype(float))
+    return out
+
+
+def _bf16_from_raw(raw: Any) -> bool:
+    """Whether a stored run's host had native bf16 (from its figure-of-merit record)."""
+    try:
+        host = json.loads(raw).get("host", {})
+    except (TypeError, ValueError):
+        return False
+    return bool(BF16_FLAGS & set(host.get("cpu_features", []) or [])) or \
+        host.get("microarchitecture") in {"zen4", "zen5", "sapphirerapids", "cooperlake"}
+
+
+def training_frame(df):
+    import numpy as np
+
+    df = df.copy()
+    bad = ~(df["s_per_step"].astype(float) > 0)
+    if bad.any():
+        raise ModelError(f"{int(bad.sum())} measurements have no positive s_per_step")
+    if "bf16_native" not in df:
+        flag = [_bf16_from_raw(r) for r in df.get("raw", [None] * len(df))]
+        df["bf16_native"] = flag
+        # a host either has the instructions or not: one record that says so is enough
+        host = df["cpu_model"].astype(str) + "|" + df["microarchitecture"].astype(str)
+        df["bf16_native"] = host.map(df.groupby(host)["bf16_native"].max())
+    df["y"] = np.log(df["s_per_step"].astype(float))
+    return df
+
+
+def fingerprint(df) -> str:
+    cols = [c for c in ["workload", "framework", "s_per_step", "recorded_at", "run_id", "repeat"]
+            if c in df]
+    text = df[cols].astype(str).sort_values(cols).to_csv(index=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------
+# estimators
+def make_estimator(name: str):
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures, StandardScaler
+    import numpy as np
+
+    pre = ColumnTransformer([
+        ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), CATEGORICAL),
+        ("num", StandardScaler(), NUMERIC)])
+    if name == "linear":  # the seed paper's linear model, with pairwise interactions
+        return Pipeline([("pre", pre),
+                         ("inter", PolynomialFeatures(2, interaction_only=True,
+                                                      include_bias=False)),
+                         ("reg", RidgeCV(alphas=np.logspace(-3, 2, 11)))])
+    if name == "linear-main":  # main effects only (a baseline)
+        return Pipeline([("pre", pre), ("reg", RidgeCV(alphas=np.logspace(-3, 2, 11)))])
+    if name == "gbr":
+        return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
+    if name == "forest":
+        return Pipeline([("pre", pre), ("reg", RandomForestRegressor(200, random_state=0))])
+    raise ModelError(f"unknown estimator {name!r}")
+
+
+ESTIMATORS = ("linear", "linear-main", "gbr", "forest")
+
+
+def config_groups(df):
+    """One label per measured configuration (all repeats of it share the label)."""
+    keys = TARGET_KEYS + CONFIG_KEYS
+    return df[keys].astype(str).agg("|".join, axis=1)
+
+
+def held_out_predictions(df, name: str, by: str = "configuration"):
+    """Leave-one-configuration-out (or -workload-out) predictions of log s/step."""
+    import numpy as np
+
+    X, y = feature_frame(df), df["y"].to_numpy()
+    groups = config_groups(df) if by == "configuration" else df["workload"].astype(str)
+    pred = np.full(len(df), np.nan)
+    for g in groups.unique():
+        test = (groups == g).to_numpy()
+        if test.all():
+            continue
+        est = make_estimator(name).fit(X[~test], y[~test])
+        pred[test] = est.predict(X[test])
+    return pred
+
+
+def mape(measured, predicted) -> float:
+    import numpy as np
+    m, p = np.asarray(measured, float), np.asarray(predicted, float)
+    ok = ~np.isnan(p)
+    return float(np.mean(np.abs(p[ok] - m[ok]) / m[ok])) if ok.any() else float("nan")
+
+
+# ---------------------------------------------------------------------------
+@dataclass
+class FittedModel:
+    estimator: Any
+    name: str
+    meta: dict[str, Any]
+    data: Any = field(repr=False, default=None)  # the training frame (for measured lookups)
+
+    def save(self, path: Path) -> None:
+        import joblib
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        joblib.dump({"estimator": self.estimator, "name": self.name, "meta": self.meta,
+                     "data": self.data}, tmp)
+        tmp.replace(path)  # atomic: a killed fit leaves the previous model
+        path.with_suffix(".json").write_text(json.dumps(self.meta, indent=2) + "\n")
+
+    def predict_log(self, frame):
+        return self.estimator.predict(feature_frame(frame))
+
+
+def fit(df, estimators: Sequence[str] = ESTIMATORS) -> FittedModel:
+    """Fit every estimator, compare them on held-out configurations, keep the best."""
+    import numpy as np
+
+    df = training_frame(df)
+    n_cfg = config_groups(df).nunique()
+    if len(df) < 8 or n_cfg < 3:
+        raise ModelError(f"too little data to fit: {len(df)} measurements of {n_cfg} "
+                         "configurations (need 8 and 3)")
+    scores = {}
+    residual = {}
+    for name in estimators:
+        pred = held_out_predictions(df, name)
+        scores[name] = mape(np.exp(df["y"]), np.exp(pred))
+        residual[name] = df["y"].to_numpy() - pred
+    best = "linear"
+    challenger = min(scores, key=scores.get)
+    if scores[challenger] < scores["linear"] * (1 - PREFER_MARGIN):
+        best = challenger
+    res = residual[best][~np.isnan(residual[best])]
+    sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
+    est = make_estimator(best).fit(feature_frame(df), df["y"].to_numpy())
+    meta = {
+        "model_id": f"{best}-{fingerprint(df)}",
+        "estimator": best, "features": CATEGORICAL + NUMERIC,
+        "target": "log(seconds per step)", "rows": int(len(df)),
+        "configurations": int(n_cfg), "data_fingerprint": fingerprint(df),
+        "held_out_mape": {k: round(v, 4) for k, v in scores.items()},
+        "sigma_log": round(sigma, 4), "versions": library_versions(),
+        "fitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    keep = df[TARGET_KEYS + CONFIG_KEYS + ["s_per_step", "accelerator", "source"]].copy()
+    return FittedModel(est, best, meta, keep)
+
+
+def load(path: Path | None = None) -> FittedModel:
+    import joblib
+
+    path = path or default_path()
+    if not path.exists():
+        raise ModelError(f"{path}: no fitted model (run `modak model fit`)")
+    try:
+        blob = joblib.load(path)
+        meta = blob["meta"]
+    except Exception as exc:  # a corrupt or foreign file
+        raise ModelError(f"{path}: not a MODAK model ({type(exc).__name__}: {exc})") from None
+    now = library_versions()
+    for lib in ("scikit-learn", "numpy", "modak"):
+        if meta.get("versions", {}).get(lib) != now[lib]:
+            raise ModelError(f"{path}: fitted with {lib} {meta.get('versions', {}).get(lib)}, "
+                             f"this is {now[lib]}: refit with `modak model fit`")
+    return FittedModel(blob["estimator"], blob["name"], meta, blob.get("data"))
+
+
+def fit_from_store(store_path=None, out: Path | None = None) -> FittedModel:
+    from .results import ResultsStore, load_frame
+    df = load_frame(ResultsStore(store_path))
+    model = fit(df)
+    model.save(out or default_path())
+    return model
+
+
+# ---------------------------------------------------------------------------
+def request_rows(request: JobRequest, configs: Sequence[Configuration], catalogue=None):
+    """Store-shaped rows describing each candidate configuration of ``request``."""
+    import pandas as pd
+
+    from .catalogue import load_catalogue
+    cat = catalogue or load_catalogue()
+    app, target = request.application, request.target
+    workload = app.model or "unknown"
+    w = WORKLOADS.get(workload, {})
+    acc = target.accelerators
+    rows = []
+    for c in configs:
+        variant = cat.variant(c.image)
+        framework = "keras" if variant.framework in ("keras", "tensorflow") else variant.framework
+        rows.append({
+            "workload": workload, "framework": framework,
+            "trainable_parameters": w.get("params", float("nan")),
+            "batch_size": app.batch_size or w.get("batch", 32),
+            "image_size": w.get("size", 224),
+            "compiler": "off" if not c.compiler else (
+                c.compiler if ":" in c.compiler or c.compiler != "torch.compile"
+                else "torch.compile:default"),
+            "threads": c.threads, "allocator": c.allocator.value, "precision": c.precision.value,
+            "channels_last": 0, "onednn": 1, "microarchitecture": target.microarchitecture,
+            "cores": target.cores_per_node,
+            "accelerator": (acc.model or acc.vendor) if acc else None,
+            "bf16_native": bool(BF16_FLAGS & set(target.cpu_features)),
+        })
+    return pd.DataFrame(rows)
+
+
+class ModelPredictor:
+    """The planner's view of a fitted model and the measurements behind it."""
+
+    def __init__(self, model: FittedModel, measurements=None):
+        self.model = model
+        self.data = measurements if measurements is not None else model.data
+        self.notes: list[str] = []
+
+    def predict(self, request: JobRequest, configs: Sequence[Configuration]
+                ) -> list[Optional[Prediction]]:
+        import numpy as np
+
+        self.notes = []
+        workload = request.application.model
+        if not configs:
+            return []
+        if workload not in WORKLOADS:
+            self.notes.append(f"no performance data for workload {workload!r}: prior used "
+                              f"(known: {', '.join(WORKLOADS)})")
+            return [None] * len(configs)
+        rows = request_rows(request, configs)
+        data = self.data
+        same = data[(data["workload"] == workload)
+                    & (data["microarchitecture"].astype(str) == request.target.microarchitecture)
+                    & (data["cores"].astype(float) == float(request.target.cores_per_node))]
+        measured_cfgs = same[CONFIG_KEYS + ["framework", "batch_size"]].astype(str) \
+            .drop_duplicates()
+        if len(measured_cfgs) < MIN_CONFIGS:
+            self.notes.append(
+                f"cold start: {len(measured_cfgs)} measured configuration(s) of {workload} on "
+                f"{request.target.microarchitecture} with {request.target.cores_per_node} cores "
+                f"(the model needs {MIN_CONFIGS}); prior used")
+            return [None] * len(configs)
+        log_pred = self.model.predict_log(rows)
+        sigma = self.model.meta.get("sigma_log", 0.5)
+        out: list[Optional[Prediction]] = []
+        for i, row in rows.iterrows():
+            m = same
+            for key in CONFIG_KEYS + ["framework", "batch_size"]:
+                m = m[m[key].astype(str) == str(row[key])]
+            if len(m):
+                s = m["s_per_step"].astype(float)
+                out.append(Prediction(seconds=float(s.median()), low=float(s.min()),
+                                      high=float(s.max()),
+                                      source=f"measured median of {len(s)} run(s)"))
+            else:
+                mid = float(np.exp(log_pred[i]))
+                out.append(Prediction(seconds=mid, low=mid * math.exp(-Z90 * sigma),
+                                      high=mid * math.exp(Z90 * sigma),
+                                      source=f"model {self.model.meta['model_id']}"))
+        return out
+
+
+def auto_predictor(path: Path | None = None, fit_if_missing: bool = True
+                   ) -> Optional[ModelPredictor]:
+    """The saved model, fitted on first use from the shipped dataset and the store."""
+    from .results import ResultsStore, StoreError, load_frame
+
+    path = path or default_path()
+    try:
+        data = load_frame(ResultsStore())
+    except StoreError:
+        return None  # nothing measured anywhere: the planner's prior decides
+    if not path.exists():
+        if not fit_if_missing:
+            return None
+        try:
+            fit(data, estimators=("linear",)).save(path)
+        except ModelError:
+            return None
+    return ModelPredictor(load(path), training_frame(data))
+
+
+# ---------------------------------------------------------------------------
+# evaluation
+def is_stock(row) -> bool:
+    """Framework defaults: eager, all cores, glibc malloc, fp32, oneDNN on, NCHW."""
+    return (row["compiler"] == "off" and row["allocator"] == "glibc"
+            and row["precision"] == "fp32" and int(row["channels_last"]) == 0
+            and int(row["onednn"]) == 1 and float(row["threads"]) == float(row["cores"]))
+
+
+def evaluate(df, estimator: str = "linear") -> dict[str, Any]:
+    """Held-out errors and decision quality, on per-configuration medians."""
+    import numpy as np
+
+    df = training_frame(df)
+    df["pred_loco"] = np.exp(held_out_predictions(df, estimator, "configuration"))
+    df["pred_lowo"] = np.exp(held_out_predictions(df, estimator, "workload"))
+    keys = TARGET_KEYS + CONFIG_KEYS
+    cfg = (df.groupby(keys, dropna=False)
+             .agg(measured=("s_per_step", "median"), low=("s_per_step", "min"),
+                  high=("s_per_step", "max"), n=("s_per_step", "size"),
+                  loco=("pred_loco", "median"), lowo=("pred_lowo", "median"))
+             .reset_index())
+    per_workload = []
+    for w, g in cfg.groupby("workload"):
+        per_workload.append({"workload": w, "configurations": len(g),
+                             "mape_loco": mape(g["measured"], g["loco"]),
+                             "mape_lowo": mape(g["measured"], g["lowo"])})
+    decisions = []
+    for key, g in cfg.groupby(["workload", "framework", "microarchitecture", "cores",
+                               "batch_size", "image_size"], dropna=False):
+        if len(g) < 2:
+            continue
+        chosen = g.loc[g["loco"].idxmin()]
+        best = g.loc[g["measured"].idxmin()]
+        stock = g[g.apply(is_stock, axis=1)]
+        decisions.append({
+            "workload": key[0], "framework": key[1], "target": f"{key[2]}/{key[3]} cores",
+            "chosen": _label(chosen), "best": _label(best),
+            "regret": float(chosen["measured"] / best["measured"] - 1),
+            "speedup_vs_stock": (float(stock["measured"].iloc[0] / chosen["measured"])
+                                 if len(stock) else float("nan")),
+        })
+    compare = {name: mape(np.exp(df["y"]), np.exp(held_out_predictions(df, name)))
+               for name in ESTIMATORS}
+    return {"per_workload": per_workload, "decisions": decisions, "configurations": cfg,
+            "estimators": compare}
+
+
+def _label(row) -> str:
+    parts = [] if row["compiler"] == "off" else [row["compiler"]]
+    if float(row["threads"]) != float(row["cores"]):
+        parts.append(f"threads={int(row['threads'])}")
+    if row["allocator"] != "glibc":
+        parts.append(row["allocator"])
+    if row["precision"] != "fp32":
+        parts.append(row["precision"])
+    if int(row["channels_last"]):
+        parts.append("channels-last")
+    if not int(row["onednn"]):
+        parts.append("onednn-off")
+    return "+".join(parts) or "stock"
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cfg = result["configurations"]
+    fig, ax = plt.subplots(figsize=(6.4, 5.6))
+    for w, g in cfg.groupby("workload"):
+        ax.errorbar(g["measured"], g["loco"], xerr=[g["measured"] - g["low"],
+                                                    g["high"] - g["measured"]],
+                    fmt="o", label=w, alpha=0.8, capsize=2)
+    lo = min(cfg["measured"].min(), cfg["loco"].min()) * 0.8
+    hi = max(cfg["measured"].max(), cfg["loco"].max()) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+           xlabel="measured s/step (median, min-max)",
+           ylabel="predicted s/step (configuration held out)",
+           title="MODAK performance model: held-out predictions")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

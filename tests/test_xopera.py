@@ -1,0 +1,76 @@
+"""TOSCA blueprints deployed with xOpera against the real front-end (scripts/opera)."""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+from modak_lib.results import ResultsStore
+
+pytestmark = pytest.mark.slow
+EXAMPLES = ROOT / "tosca/examples"
+OPERA = ROOT / "scripts/opera"
+
+
+@pytest.fixture
+def opera(tmp_path, frontend):
+    env = dict(os.environ, MODAK_OPERA_STATE=str(tmp_path / "opera"),
+               MODAK_STATE_DIR=str(tmp_path / "state"),
+               MODAK_RESULTS=str(tmp_path / "results.sqlite"),
+               MODAK_MODEL=str(tmp_path / "model.joblib"))
+
+    def run(*args, check=True):
+        proc = subprocess.run([str(OPERA), *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=1800)
+        if check:
+            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+        return proc
+
+    run.tmp = tmp_path
+    return run
+
+
+@pytest.mark.parametrize("name", ["mnist-cnn-slurm.yaml", "mnist-cnn-pbs.yaml",
+                                  "resnet50-gpu-pbs.yaml"])
+def test_opera_validates_the_examples(opera, name):
+    proc = opera("validate", "-i", str(EXAMPLES / "inputs-local.yaml"), str(EXAMPLES / name))
+    assert "Done." in proc.stdout
+
+
+def test_deploy_outputs_undeploy(opera, tmp_path):
+    inputs = tmp_path / "inputs.yaml"
+    inputs.write_text(yaml.safe_dump({"frontend_host": "127.0.0.1", "frontend_port": 2222,
+                                      "steps": "12"}))
+    opera("deploy", "-i", str(inputs), str(EXAMPLES / "mnist-cnn-slurm.yaml"))
+    text = opera("outputs", "-f", "json").stdout
+    out = json.loads(text[text.index("{"):])
+    values = {k: v["value"] if isinstance(v, dict) and "value" in v else v for k, v in out.items()}
+    assert values["job_state"] == "COMPLETED"
+    assert float(values["measured_seconds_per_step"]) > 0
+    assert "pytorch-2.13.0-cpu" in values["chosen_configuration"]
+    assert values["decided_by"] in ("prior", "model")
+    run_dir = Path("/home/hpcuser/modak-runs") / f"mnist-cnn-{values['run_id']}"
+    assert run_dir.is_dir()
+    assert ResultsStore(tmp_path / "results.sqlite").count() == 1
+
+    opera("undeploy")
+    assert not run_dir.exists()  # the job's work directory is gone
+    assert ResultsStore(tmp_path / "results.sqlite").count() == 1  # the results stay
+
+
+def test_blueprint_errors_come_from_modak_before_anything_runs(opera, tmp_path):
+    bad = (EXAMPLES / "mnist-cnn-slurm.yaml").read_text().replace(
+        "compilers: [torch.compile]", "compilers: [tvm]")
+    path = EXAMPLES / f"_bad-{tmp_path.name}.yaml"  # under tosca/: xOpera's CSAR root
+    path.write_text(bad)
+    try:
+        proc = opera("deploy", "-i", str(EXAMPLES / "inputs-local.yaml"), str(path), check=False)
+    finally:
+        path.unlink()
+    assert proc.returncode == 2
+    assert ("topology_template.node_templates.train.properties.optimisation.compilers[0]"
+            in proc.stderr)
+    assert not (tmp_path / "opera" / "state").exists()  # xOpera never started

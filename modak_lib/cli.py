@@ -60,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "plot":
             m.add_argument("--out", default="model.png")
         if name in ("eval", "plot"):
-            m.add_argument("--estimator", default="linear")
+            m.add_argument("--estimator", help="default: the saved model's (else linear)")
 
     schema = sub.add_parser("schema", help="print the JSON Schema of every MODAK input")
     schema.add_argument("--only", choices=["dsl", "infra", "tosca", "plan"],
@@ -141,6 +141,8 @@ def cmd_model(args: argparse.Namespace) -> int:
         print("\n".join(table_lines(rows, ["estimator", "held-out MAPE", ""])))
         return 0
     if args.model_command in ("eval", "plot"):
+        if not args.estimator:
+            args.estimator = m.load(path).name if path.exists() else "linear"
         result = m.evaluate(load_frame(store), args.estimator)
         if args.model_command == "plot":
             print(f"wrote {m.plot(result, Path(args.out))}")

@@ -135,7 +135,8 @@ def training_frame(df):
 def fingerprint(df) -> str:
     cols = [c for c in ["workload", "framework", "s_per_step", "recorded_at", "run_id", "repeat"]
             if c in df]
-    text = df[cols].astype(str).sort_values(cols).to_csv(index=False)
+    text = df[cols].astype(object).where(df[cols].notna(), "-").astype(str) \
+        .sort_values(cols).to_csv(index=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -172,7 +173,8 @@ ESTIMATORS = ("linear", "linear-main", "gbr", "forest")
 def config_groups(df):
     """One label per measured configuration (all repeats of it share the label)."""
     keys = TARGET_KEYS + CONFIG_KEYS
-    return df[keys].astype(str).agg("|".join, axis=1)
+    # (pandas 3 keeps missing values missing through astype(str))
+    return df[keys].astype(object).where(df[keys].notna(), "-").astype(str).agg("|".join, axis=1)
 
 
 def held_out_predictions(df, name: str, by: str = "configuration"):

@@ -72,8 +72,13 @@ def compiler_name(framework: str, compile_option: str) -> str:
 
 def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = None,
                  repeat: Optional[int] = None, image: Optional[str] = None,
-                 target: Optional[str] = None, accelerator: Optional[str] = None) -> dict:
-    """One store row from a figure-of-merit record printed by workloads/train.py."""
+                 target: Optional[str] = None, accelerator: Optional[str] = None,
+                 microarchitecture: Optional[str] = None, cores: Optional[int] = None) -> dict:
+    """One store row from a figure-of-merit record printed by workloads/train.py.
+
+    ``microarchitecture`` and ``cores`` name the target as the planner knew it (a run inside
+    a container may not see them); they replace what the run reported of its host.
+    """
     try:
         cfg, host, m = rec["config"], rec["host"], rec["metrics"]
         fw = rec["framework"]
@@ -90,12 +95,13 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
             "batch_size": cfg["batch_size"],
             "image_size": 28 if rec["workload"] == "mnist-cnn" else cfg.get("image_size"),
             "compiler": compiler_name(fw, cfg["compile"]),
-            "threads": cfg.get("threads") or host.get("cores"),
+            "threads": cfg.get("threads") or cores or host.get("cores"),
             "allocator": cfg.get("allocator") or "glibc", "precision": cfg["precision"],
             "channels_last": int(bool(cfg.get("channels_last"))),
             "onednn": int(bool(cfg.get("onednn", True))), "image": image or "host",
             "target": target, "cpu_model": host.get("cpu_model"),
-            "microarchitecture": host.get("microarchitecture"), "cores": host.get("cores"),
+            "microarchitecture": microarchitecture or host.get("microarchitecture"),
+            "cores": cores or host.get("cores"),
             "accelerator": accelerator, "steps": m.get("timed_steps"),
             "s_per_step": 1.0 / steps_per_s, "steps_per_s": steps_per_s,
             "samples_per_s": m.get("samples_per_s"), "compile_s": m.get("compile_s"),

@@ -105,7 +105,7 @@ def test_corrupt_and_empty_stores(tmp_path):
         ResultsStore(tmp_path / "none.sqlite").rows()
     with pytest.raises(StoreError, match="store is empty and no dataset"):
         load_frame(ResultsStore(tmp_path / "none.sqlite"), include_shipped=False)
-    with pytest.raises(StoreError, match="'s_per_step' is required"):
+    with pytest.raises(StoreError, match="result field 'workload' is required"):
         ResultsStore(tmp_path / "new.sqlite").append([{"recorded_at": "x", "source": "x"}])
 
 

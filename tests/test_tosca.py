@@ -10,7 +10,8 @@ from modak_lib.errors import InputError
 from modak_lib.models import Application, Build, Compiler, JobOptions, Optimisation, Scheduler, Target
 from modak_lib.readers import read_request
 
-EXAMPLES = sorted((ROOT / "tosca/examples").glob("*.yaml")) + [ROOT / "examples/mnist-cnn/blueprint.yaml"]
+EXAMPLES = sorted(p for p in (ROOT / "tosca/examples").glob("*.yaml")
+                  if "tosca_definitions_version" in p.read_text()) + [ROOT / "examples/mnist-cnn/blueprint.yaml"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -39,7 +40,7 @@ def test_gpu_pbs_example():
 
 def test_inputs_override_defaults(tmp_path):
     inputs = tmp_path / "inputs.yaml"
-    inputs.write_text("steps: '50'\nfrontend_port: 2200\n")
+    inputs.write_text("arguments: [--steps, '50']\nfrontend_port: 2200\n")
     from modak_lib.cli import _inputs
     req = read_request(ROOT / "tosca/examples/mnist-cnn-slurm.yaml", inputs=_inputs(str(inputs)))
     assert req.application.arguments[-1] == "50" and req.target.frontend.port == 2200

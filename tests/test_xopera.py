@@ -36,14 +36,15 @@ def opera(tmp_path, frontend):
 @pytest.mark.parametrize("name", ["mnist-cnn-slurm.yaml", "mnist-cnn-pbs.yaml",
                                   "resnet50-gpu-pbs.yaml"])
 def test_opera_validates_the_examples(opera, name):
-    proc = opera("validate", "-i", str(EXAMPLES / "inputs-local.yaml"), str(EXAMPLES / name))
+    inputs = ["-i", str(EXAMPLES / "inputs-local.yaml")] if name.startswith("mnist") else []
+    proc = opera("validate", *inputs, str(EXAMPLES / name))
     assert "Done." in proc.stdout
 
 
 def test_deploy_outputs_undeploy(opera, tmp_path):
     inputs = tmp_path / "inputs.yaml"
     inputs.write_text(yaml.safe_dump({"frontend_host": "127.0.0.1", "frontend_port": 2222,
-                                      "steps": "12"}))
+                                      "arguments": ["--model", "mnist-cnn", "--steps", "12"]}))
     opera("deploy", "-i", str(inputs), str(EXAMPLES / "mnist-cnn-slurm.yaml"))
     text = opera("outputs", "-f", "json").stdout
     out = json.loads(text[text.index("{"):])

@@ -130,7 +130,10 @@ def request_from_nodes(job_name: str, job_props: dict[str, Any], target_name: st
     (as written in a blueprint, or as an orchestrator such as xOpera evaluated them)."""
     prefix = f"topology_template.node_templates.{job_name}"
     tprefix = f"topology_template.node_templates.{target_name}.properties"
-    tprops = {k: v for k, v in target_props.items() if v is not None}
+    # TOSCA has no null: "auto" and an accelerator of vendor "none" are the types' "unset"
+    tprops = {k: v for k, v in target_props.items()
+              if v is not None and v != "auto"
+              and not (k == "accelerators" and isinstance(v, dict) and v.get("vendor") == "none")}
     base = base_target.model_dump(exclude_none=True) if base_target else {}
     target_data = resolve_host_values({**base, "name": target_name, **tprops})
     if isinstance(base.get("frontend"), dict) and isinstance(tprops.get("frontend"), dict):

@@ -51,7 +51,9 @@ class ActionModule(ActionBase):
             seen = store.raws_of_run(plan["run_id"])
             rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
                                  image=plan["image"]["variant"], target=target["name"],
-                                 accelerator=acc.get("model") or acc.get("vendor"))
+                                 accelerator=acc.get("model") or acc.get("vendor"),
+                                 microarchitecture=target.get("microarchitecture"),
+                                 cores=target.get("cores_per_node"))
                     for rec in records]
             new = [r for r in rows if r["raw"] not in seen]
             if not self._play_context.check_mode:

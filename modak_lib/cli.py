@@ -107,20 +107,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _predictor(choice: str):
-    """The performance model the planner asks, or None for the prior."""
+    """The performance model the planner asks, or None for the prior.
+
+    A linear model is evaluated from its exported formula (fast: no scikit-learn or pandas);
+    other estimators load scikit-learn. ``auto`` fits a model on first use.
+    """
     if choice == "none":
         return None
-    try:
-        import sklearn  # noqa: F401
-    except ImportError:
+    from .model import default_path
+    from .predict import FastPredictor, PredictError
+    path = default_path() if choice == "auto" else Path(choice)
+    if not path.exists():
         if choice != "auto":
-            raise ModakError("the performance model needs scikit-learn: pip install 'modak[model]'")
-        return None
-    from .model import ModelPredictor, auto_predictor, load, training_frame
-    if choice == "auto":
-        return auto_predictor()
+            raise ModakError(f"{path}: no fitted model (run `modak model fit`)")
+        try:
+            import sklearn  # noqa: F401
+        except ImportError:
+            return None  # no model and no way to fit one: the prior decides
+        from .model import fit_if_possible
+        if not fit_if_possible(path):
+            return None
+    try:
+        return FastPredictor.load(path)
+    except PredictError as exc:
+        if "refit" in str(exc):
+            raise ModakError(str(exc)) from None
+    from .model import ModelPredictor, load, training_frame  # a non-linear estimator
     from .results import ResultsStore, load_frame
-    return ModelPredictor(load(Path(choice)), training_frame(load_frame(ResultsStore())))
+    return ModelPredictor(load(path), training_frame(load_frame(ResultsStore())))
 
 
 def cmd_model(args: argparse.Namespace) -> int:

@@ -31,23 +31,12 @@ from .paths import data_file
 from .errors import ModakError
 from .models import Configuration, JobRequest, Prediction
 
-MIN_CONFIGS = 3        # measured configurations of a workload on a target before the model speaks
+from .predict import (BF16_FLAGS, CATEGORICAL, CONFIG_KEYS, MIN_CONFIGS, NUMERIC,  # noqa: F401
+                      WORKLOADS, Z90, candidate_rows, macs)
+
 PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
-Z90 = 1.645            # two-sided 90% interval in log space
-
-CATEGORICAL = ["workload", "framework", "compiler", "allocator", "precision", "channels_last",
-               "onednn", "microarchitecture", "accelerator", "bf16_native"]
-NUMERIC = ["log_params", "log_macs", "log_batch", "log_threads", "log_cores"]
-CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 TARGET_KEYS = ["workload", "framework", "microarchitecture", "cores", "batch_size", "image_size"]
-
-# multiply-accumulates per sample (forward) at the reference input size, and that size
-WORKLOADS = {
-    "mnist-cnn": {"params": 1_199_882, "macs": 11_992_448, "size": 28, "batch": 128},
-    "resnet18": {"params": 11_689_512, "macs": 1_819_000_000, "size": 224, "batch": 32},
-    "resnet50": {"params": 25_557_032, "macs": 4_110_000_000, "size": 224, "batch": 32},
-}
-BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}
+INT_KEYS = ("threads", "channels_last", "onednn", "batch_size", "cores")
 
 
 class ModelError(ModakError):
@@ -69,14 +58,6 @@ def library_versions() -> dict[str, str]:
 
 # ---------------------------------------------------------------------------
 # features
-def _macs(workload: str, image_size: Optional[float]) -> float:
-    w = WORKLOADS.get(workload)
-    if w is None:
-        return float("nan")
-    size = image_size if image_size and image_size == image_size else w["size"]
-    return w["macs"] * (float(size) / w["size"]) ** 2
-
-
 def feature_frame(df):
     """Model inputs from store-shaped rows (one row per measurement or candidate)."""
     import numpy as np
@@ -98,7 +79,7 @@ def feature_frame(df):
     params = params.where(params > 0, df["workload"].map(
         lambda w: WORKLOADS.get(w, {}).get("params", np.nan)))
     out["log_params"] = np.log(params.astype(float))
-    out["log_macs"] = np.log([_macs(w, s) for w, s in zip(df["workload"], df["image_size"])])
+    out["log_macs"] = np.log([macs(w, s) for w, s in zip(df["workload"], df["image_size"])])
     out["log_batch"] = np.log(df["batch_size"].astype(float))
     out["log_threads"] = np.log(df["threads"].astype(float))
     out["log_cores"] = np.log(df["cores"].astype(float))
@@ -168,6 +149,7 @@ def make_estimator(name: str):
 
 
 ESTIMATORS = ("linear", "linear-main", "gbr", "forest")
+QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not minutes)
 
 
 def config_groups(df):
@@ -236,9 +218,9 @@ def fit(df, estimators: Sequence[str] = ESTIMATORS) -> FittedModel:
         pred = held_out_predictions(df, name)
         scores[name] = mape(np.exp(df["y"]), np.exp(pred))
         residual[name] = df["y"].to_numpy() - pred
-    best = "linear"
+    best = "linear" if "linear" in scores else estimators[0]
     challenger = min(scores, key=scores.get)
-    if scores[challenger] < scores["linear"] * (1 - PREFER_MARGIN):
+    if scores[challenger] < scores[best] * (1 - PREFER_MARGIN):
         best = challenger
     res = residual[best][~np.isnan(residual[best])]
     sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
@@ -252,8 +234,37 @@ def fit(df, estimators: Sequence[str] = ESTIMATORS) -> FittedModel:
         "sigma_log": round(sigma, 4), "versions": library_versions(),
         "fitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    if best in ("linear", "linear-main"):
+        meta["light"] = {"formula": export_linear(est), "measured": measured_groups(df)}
     keep = df[TARGET_KEYS + CONFIG_KEYS + ["s_per_step", "accelerator", "source"]].copy()
     return FittedModel(est, best, meta, keep)
+
+
+def export_linear(est) -> dict[str, Any]:
+    """A fitted linear pipeline as numbers that ``predict.LinearFormula`` evaluates."""
+    pre, reg = est.named_steps["pre"], est.named_steps["reg"]
+    cat, num = pre.named_transformers_["cat"], pre.named_transformers_["num"]
+    terms = None
+    if "inter" in est.named_steps:
+        terms = [[i for i, p in enumerate(row) if p] for row in est.named_steps["inter"].powers_]
+    return {"categories": [[str(c) for c in cats] for cats in cat.categories_],
+            "mean": num.mean_.tolist(), "scale": num.scale_.tolist(), "terms": terms,
+            "coef": reg.coef_.tolist(), "intercept": float(reg.intercept_)}
+
+
+def measured_groups(df) -> list[dict[str, Any]]:
+    """Median, min, max and count of s/step per measured configuration and target."""
+    keys = ["workload", "microarchitecture", "cores", "framework", "batch_size"] + CONFIG_KEYS
+    d = df.copy()
+    for k in INT_KEYS:
+        d[k] = d[k].astype(float).round().astype(int)
+    out = []
+    for key, g in d.groupby(keys, dropna=False):
+        rec = {k: (v.item() if hasattr(v, "item") else v) for k, v in zip(keys, key)}
+        s = g["s_per_step"].astype(float)
+        rec.update(median=float(s.median()), min=float(s.min()), max=float(s.max()), n=len(s))
+        out.append(rec)
+    return out
 
 
 def load(path: Path | None = None) -> FittedModel:
@@ -285,34 +296,8 @@ def fit_from_store(store_path=None, out: Path | None = None) -> FittedModel:
 
 # ---------------------------------------------------------------------------
 def request_rows(request: JobRequest, configs: Sequence[Configuration], catalogue=None):
-    """Store-shaped rows describing each candidate configuration of ``request``."""
     import pandas as pd
-
-    from .catalogue import load_catalogue
-    cat = catalogue or load_catalogue()
-    app, target = request.application, request.target
-    workload = app.model or "unknown"
-    w = WORKLOADS.get(workload, {})
-    acc = target.accelerators
-    rows = []
-    for c in configs:
-        variant = cat.variant(c.image)
-        framework = "keras" if variant.framework in ("keras", "tensorflow") else variant.framework
-        rows.append({
-            "workload": workload, "framework": framework,
-            "trainable_parameters": w.get("params", float("nan")),
-            "batch_size": app.batch_size or w.get("batch", 32),
-            "image_size": w.get("size", 224),
-            "compiler": "off" if not c.compiler else (
-                c.compiler if ":" in c.compiler or c.compiler != "torch.compile"
-                else "torch.compile:default"),
-            "threads": c.threads, "allocator": c.allocator.value, "precision": c.precision.value,
-            "channels_last": 0, "onednn": 1, "microarchitecture": target.microarchitecture,
-            "cores": target.cores_per_node,
-            "accelerator": (acc.model or acc.vendor) if acc else None,
-            "bf16_native": bool(BF16_FLAGS & set(target.cpu_features)),
-        })
-    return pd.DataFrame(rows)
+    return pd.DataFrame(candidate_rows(request, configs, catalogue))
 
 
 class ModelPredictor:
@@ -368,24 +353,15 @@ class ModelPredictor:
         return out
 
 
-def auto_predictor(path: Path | None = None, fit_if_missing: bool = True
-                   ) -> Optional[ModelPredictor]:
-    """The saved model, fitted on first use from the shipped dataset and the store."""
+def fit_if_possible(path: Path | None = None) -> bool:
+    """Fit the linear model from the shipped dataset and the store, if there is data."""
     from .results import ResultsStore, StoreError, load_frame
 
-    path = path or default_path()
     try:
-        data = load_frame(ResultsStore())
-    except StoreError:
-        return None  # nothing measured anywhere: the planner's prior decides
-    if not path.exists():
-        if not fit_if_missing:
-            return None
-        try:
-            fit(data, estimators=("linear",)).save(path)
-        except ModelError:
-            return None
-    return ModelPredictor(load(path), training_frame(data))
+        fit(load_frame(ResultsStore()), estimators=QUICK_ESTIMATORS).save(path or default_path())
+    except (StoreError, ModelError):
+        return False
+    return True
 
 
 # ---------------------------------------------------------------------------

@@ -217,3 +217,26 @@ def test_closed_loop_a_run_moves_the_next_prediction(tmp_path):
     again = next(c for c in second.candidates if c.configuration == cfg).prediction.seconds
     measured = measured_row["s_per_step"]
     assert abs(again - measured) < abs(predicted - measured)
+
+
+def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
+    """The planner's fast path (no scikit-learn) predicts what the fitted pipeline does."""
+    from modak_lib.predict import FastPredictor, LinearFormula
+    for estimators in (("linear",), ("linear-main",)):
+        fitted = m.fit(synthetic(noise=0.05, seed=3), estimators=estimators)
+        formula = LinearFormula(fitted.meta["light"]["formula"])
+        frame = m.training_frame(synthetic(seed=4))
+        expected = fitted.predict_log(frame)
+        got = [formula(r) for r in frame.to_dict("records")]
+        assert np.allclose(got, expected, atol=1e-9)
+    path = tmp_path / "model.joblib"
+    fitted.save(path)
+    fast = FastPredictor.load(path)
+    slow = m.ModelPredictor(fitted, m.training_frame(synthetic(noise=0.05, seed=3)))
+    req = mnist_request()
+    plan_fast = make_plan(req, predictor=fast, run_id="t").plan
+    plan_slow = make_plan(req, predictor=slow, run_id="t").plan
+    assert plan_fast.chosen == plan_slow.chosen
+    for a, b in zip(plan_fast.candidates, plan_slow.candidates):
+        assert a.configuration == b.configuration
+        assert a.prediction.seconds == pytest.approx(b.prediction.seconds, rel=1e-9)

@@ -63,9 +63,9 @@ class ActionModule(ActionBase):
         refit = None
         if args["refit"] and new and not self._play_context.check_mode:
             try:  # the closed loop: the next plan learns from this run
-                from modak_lib.model import ModelError, default_path, fit
+                from modak_lib.model import QUICK_ESTIMATORS, ModelError, default_path, fit
                 from modak_lib.results import load_frame
-                model = fit(load_frame(store), estimators=("linear",))
+                model = fit(load_frame(store), estimators=QUICK_ESTIMATORS)
                 model.save(default_path())
                 refit = model.meta["model_id"]
             except ImportError:

@@ -26,7 +26,7 @@ options:
   nodes:
     description:
       - The properties of an AITrainingJob node and its HPCTarget host, as an orchestrator
-        (xOpera) evaluated them - C({job: {name, properties}, target: {name, properties}}).
+        (xOpera) evaluated them; keys C(job) and C(target), each with C(name) and C(properties).
     type: dict
   infra:
     description: An infrastructure file describing the target's hardware.

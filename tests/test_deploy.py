@@ -153,3 +153,13 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
     _ok(proc)
     assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
     assert ResultsStore(tmp_path / "store.sqlite").count() == 1
+
+
+def test_autotuning_trials_go_through_the_job_path_into_the_store(deploy):
+    proc = deploy("autotune.yml", inputs={"job_name": "mnist-tune"}, modak_autotune_k=2)
+    _ok(proc)
+    assert re.search(r"after 2 trials: planned \S+: pytorch-2.13.0-cpu", proc.stdout)
+    rows = deploy.store.rows()
+    assert [r["source"] for r in rows] == ["autotune", "autotune"]
+    assert all(r["steps"] == 30 for r in rows)  # short trials
+    assert len({(r["allocator"], r["threads"]) for r in rows}) == 2  # two candidates

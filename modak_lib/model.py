@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import platform
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from . import __version__
 from .paths import data_file
 from .errors import ModakError
-from .models import Configuration, JobRequest, Prediction
+from .models import Configuration, JobRequest
 
-from .predict import (BF16_FLAGS, CATEGORICAL, CONFIG_KEYS, MIN_CONFIGS, NUMERIC,  # noqa: F401
-                      WORKLOADS, Z90, candidate_rows, macs)
+from .predict import (BF16_FLAGS, CATEGORICAL, CONFIG_KEYS, NUMERIC, WORKLOADS,  # noqa: F401
+                      FastPredictor, candidate_rows, macs)
 
 PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
 TARGET_KEYS = ["workload", "framework", "microarchitecture", "cores", "batch_size", "image_size"]
@@ -300,57 +299,18 @@ def request_rows(request: JobRequest, configs: Sequence[Configuration], catalogu
     return pd.DataFrame(candidate_rows(request, configs, catalogue))
 
 
-class ModelPredictor:
-    """The planner's view of a fitted model and the measurements behind it."""
+class ModelPredictor(FastPredictor):
+    """The planner's predictor over a fitted scikit-learn model (any estimator) and the
+    measurements given (by default those it was fitted on)."""
 
     def __init__(self, model: FittedModel, measurements=None):
+        import pandas as pd
+
+        data = measurements if measurements is not None else model.data
+        super().__init__(model.meta,
+                         formula=lambda row: float(model.predict_log(pd.DataFrame([row]))[0]),
+                         measured=measured_groups(data))
         self.model = model
-        self.data = measurements if measurements is not None else model.data
-        self.notes: list[str] = []
-
-    def predict(self, request: JobRequest, configs: Sequence[Configuration]
-                ) -> list[Optional[Prediction]]:
-        import numpy as np
-
-        self.notes = []
-        workload = request.application.model
-        if not configs:
-            return []
-        if workload not in WORKLOADS:
-            self.notes.append(f"no performance data for workload {workload!r}: prior used "
-                              f"(known: {', '.join(WORKLOADS)})")
-            return [None] * len(configs)
-        rows = request_rows(request, configs)
-        data = self.data
-        same = data[(data["workload"] == workload)
-                    & (data["microarchitecture"].astype(str) == request.target.microarchitecture)
-                    & (data["cores"].astype(float) == float(request.target.cores_per_node))]
-        measured_cfgs = same[CONFIG_KEYS + ["framework", "batch_size"]].astype(str) \
-            .drop_duplicates()
-        if len(measured_cfgs) < MIN_CONFIGS:
-            self.notes.append(
-                f"cold start: {len(measured_cfgs)} measured configuration(s) of {workload} on "
-                f"{request.target.microarchitecture} with {request.target.cores_per_node} cores "
-                f"(the model needs {MIN_CONFIGS}); prior used")
-            return [None] * len(configs)
-        log_pred = self.model.predict_log(rows)
-        sigma = self.model.meta.get("sigma_log", 0.5)
-        out: list[Optional[Prediction]] = []
-        for i, row in rows.iterrows():
-            m = same
-            for key in CONFIG_KEYS + ["framework", "batch_size"]:
-                m = m[m[key].astype(str) == str(row[key])]
-            if len(m):
-                s = m["s_per_step"].astype(float)
-                out.append(Prediction(seconds=float(s.median()), low=float(s.min()),
-                                      high=float(s.max()),
-                                      source=f"measured median of {len(s)} run(s)"))
-            else:
-                mid = float(np.exp(log_pred[i]))
-                out.append(Prediction(seconds=mid, low=mid * math.exp(-Z90 * sigma),
-                                      high=mid * math.exp(Z90 * sigma),
-                                      source=f"model {self.model.meta['model_id']}"))
-        return out
 
 
 def fit_if_possible(path: Path | None = None) -> bool:

@@ -121,13 +121,17 @@ class LinearFormula:
 class FastPredictor:
     """The planner's predictor from a model's JSON sidecar: no numpy, pandas or sklearn."""
 
-    def __init__(self, meta: dict[str, Any]):
-        light = meta.get("light")
-        if not light:
-            raise PredictError("the model has no exported linear formula")
+    def __init__(self, meta: dict[str, Any], formula=None,
+                 measured: Optional[list[dict[str, Any]]] = None):
+        """``formula`` (row -> log s/step) and ``measured`` default to the exported ones."""
+        light = meta.get("light") or {}
+        if formula is None:
+            if not light:
+                raise PredictError("the model has no exported linear formula")
+            formula = LinearFormula(light["formula"])
         self.meta = meta
-        self.formula = LinearFormula(light["formula"])
-        self.measured = light["measured"]
+        self.formula = formula
+        self.measured = measured if measured is not None else light.get("measured", [])
         self.sigma = meta.get("sigma_log", 0.5)
         self.notes: list[str] = []
 

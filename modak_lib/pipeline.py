@@ -15,6 +15,7 @@ from . import __version__
 from .catalogue import Catalogue, Variant, load_catalogue
 from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Scheduler, Target
 from .readers.common import validate
+from .readers.infra import merge_target
 from .planner import Decision, Predictor, decide
 from .render import RECIPE_FORMATS, content_hash, recipe_spec, render_job_script, render_recipe
 from .runtimes import RUNTIMES
@@ -75,9 +76,7 @@ def with_target(request: JobRequest, overrides: dict[str, Any]) -> JobRequest:
     if not overrides:
         return request
     base = request.target.model_dump(exclude_none=True)
-    if isinstance(overrides.get("frontend"), dict):
-        overrides = {**overrides, "frontend": {**base.get("frontend", {}), **overrides["frontend"]}}
-    target = validate(Target, {**base, **overrides}, "target overrides")
+    target = validate(Target, merge_target(base, overrides), "target overrides")
     return request.model_copy(update={"target": target})
 
 

@@ -58,6 +58,15 @@ def resolve_host_values(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def merge_target(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Target fields: ``overrides`` win, and a ``frontend`` mapping is merged key by key
+    (a blueprint that names only the port keeps the infrastructure's host and user)."""
+    merged = {**base, **overrides}
+    if isinstance(base.get("frontend"), dict) and isinstance(overrides.get("frontend"), dict):
+        merged["frontend"] = {**base["frontend"], **overrides["frontend"]}
+    return merged
+
+
 def read_infra(path: str | Path) -> Target:
     path = Path(path)
     data = load_document(path)

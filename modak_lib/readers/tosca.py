@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from ..errors import InputError
 from ..models import JobRequest, Target
 from .common import load_document, problems_of, validate
-from .infra import resolve_host_values
+from .infra import merge_target, resolve_host_values
 
 JOB_TYPE = "modak.nodes.AITrainingJob"
 _REPORT_LINE = re.compile(r"^[A-Za-z]+(Error|Exception): ")
@@ -135,9 +135,7 @@ def request_from_nodes(job_name: str, job_props: dict[str, Any], target_name: st
               if v is not None and v != "auto"
               and not (k == "accelerators" and isinstance(v, dict) and v.get("vendor") == "none")}
     base = base_target.model_dump(exclude_none=True) if base_target else {}
-    target_data = resolve_host_values({**base, "name": target_name, **tprops})
-    if isinstance(base.get("frontend"), dict) and isinstance(tprops.get("frontend"), dict):
-        target_data["frontend"] = {**base["frontend"], **tprops["frontend"]}
+    target_data = resolve_host_values(merge_target({**base, "name": target_name}, tprops))
     target = validate(Target, target_data, source, tprefix)
     data = {
         "source": source,

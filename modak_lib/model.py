@@ -30,11 +30,12 @@ from .paths import data_file
 from .errors import ModakError
 from .models import Configuration, JobRequest
 
-from .predict import (BF16_FLAGS, CATEGORICAL, CONFIG_KEYS, NUMERIC, WORKLOADS,  # noqa: F401
-                      FastPredictor, candidate_rows, macs)
+from .predict import (BF16_FLAGS, CATEGORICAL, CONFIG_KEYS, NUMERIC,  # noqa: F401
+                      FastPredictor, candidate_rows)
 
 PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
-TARGET_KEYS = ["workload", "framework", "microarchitecture", "cores", "batch_size", "image_size"]
+TARGET_KEYS = ["fingerprint", "workload", "framework", "microarchitecture", "cores", "batch_size",
+               "image_size"]
 INT_KEYS = ("threads", "channels_last", "onednn", "batch_size", "cores")
 
 
@@ -63,7 +64,8 @@ def feature_frame(df):
     import pandas as pd
 
     out = pd.DataFrame(index=df.index)
-    out["workload"] = df["workload"].astype(str)
+    fp = df["fingerprint"] if "fingerprint" in df else pd.Series(None, index=df.index)
+    out["fingerprint"] = fp.astype(object).where(fp.notna(), df["workload"]).astype(str)
     out["framework"] = df["framework"].astype(str)
     out["compiler"] = df["compiler"].fillna("off").astype(str)
     out["allocator"] = df["allocator"].fillna("glibc").astype(str)
@@ -74,11 +76,9 @@ def feature_frame(df):
     out["accelerator"] = df["accelerator"].fillna("none").astype(str)
     bf16 = df["bf16_native"] if "bf16_native" in df else pd.Series(False, index=df.index)
     out["bf16_native"] = bf16.fillna(False).astype(bool).astype(str)
-    params = df["trainable_parameters"].astype(float)
-    params = params.where(params > 0, df["workload"].map(
-        lambda w: WORKLOADS.get(w, {}).get("params", np.nan)))
-    out["log_params"] = np.log(params.astype(float))
-    out["log_macs"] = np.log([macs(w, s) for w, s in zip(df["workload"], df["image_size"])])
+    out["log_params"] = np.log(pd.to_numeric(df["trainable_parameters"]).astype(float))
+    flops = pd.to_numeric(df.get("flops_per_step", pd.Series(np.nan, index=df.index)))
+    out["log_flops"] = np.log(flops.astype(float) / df["batch_size"].astype(float))
     out["log_batch"] = np.log(df["batch_size"].astype(float))
     out["log_threads"] = np.log(df["threads"].astype(float))
     out["log_cores"] = np.log(df["cores"].astype(float))
@@ -99,6 +99,8 @@ def training_frame(df):
     import numpy as np
 
     df = df.copy()
+    if "status" in df:  # failed runs stay in the store (never chosen again), not in the fit
+        df = df[df["status"].fillna("ok") != "failed"].copy()
     bad = ~(df["s_per_step"].astype(float) > 0)
     if bad.any():
         raise ModelError(f"{int(bad.sum())} measurements have no positive s_per_step")
@@ -206,6 +208,7 @@ def fit(df, estimators: Sequence[str] = ESTIMATORS) -> FittedModel:
     """Fit every estimator, compare them on held-out configurations, keep the best."""
     import numpy as np
 
+    workloads = workload_table(df)
     df = training_frame(df)
     n_cfg = config_groups(df).nunique()
     if len(df) < 8 or n_cfg < 3:
@@ -234,8 +237,10 @@ def fit(df, estimators: Sequence[str] = ESTIMATORS) -> FittedModel:
         "fitted_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     if best in ("linear", "linear-main"):
-        meta["light"] = {"formula": export_linear(est), "measured": measured_groups(df)}
+        meta["light"] = {"formula": export_linear(est), "measured": measured_groups(df),
+                         "workloads": workloads}
     keep = df[TARGET_KEYS + CONFIG_KEYS + ["s_per_step", "accelerator", "source"]].copy()
+    meta.setdefault("light", {})["workloads"] = workloads
     return FittedModel(est, best, meta, keep)
 
 
@@ -253,16 +258,64 @@ def export_linear(est) -> dict[str, Any]:
 
 def measured_groups(df) -> list[dict[str, Any]]:
     """Median, min, max and count of s/step per measured configuration and target."""
-    keys = ["workload", "microarchitecture", "cores", "framework", "batch_size"] + CONFIG_KEYS
+    keys = ["fingerprint", "workload", "microarchitecture", "cores", "framework",
+            "batch_size"] + CONFIG_KEYS
     d = df.copy()
+    if "fingerprint" not in d:
+        d["fingerprint"] = None
     for k in INT_KEYS:
         d[k] = d[k].astype(float).round().astype(int)
     out = []
     for key, g in d.groupby(keys, dropna=False):
-        rec = {k: (v.item() if hasattr(v, "item") else v) for k, v in zip(keys, key)}
+        rec = {k: _plain(v) for k, v in zip(keys, key)}
         s = g["s_per_step"].astype(float)
         rec.update(median=float(s.median()), min=float(s.min()), max=float(s.max()), n=len(s))
         out.append(rec)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and v != v else v
+
+
+def workload_table(df) -> list[dict[str, Any]]:
+    """Per workload (its key, else its label and framework): the latest fingerprint, the
+    knobs the runtime could not apply to it, and the configurations it failed under."""
+    import pandas as pd
+
+    d = df.copy()
+    for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
+                "flops_per_step", "run_id"):
+        if col not in d:
+            d[col] = None
+    d["status"] = d["status"].fillna("ok")
+    ident = d["workload_key"].astype(object).where(
+        d["workload_key"].notna(), "label:" + d["workload"].astype(str) + "/"
+        + d["framework"].astype(str) + "/" + d["batch_size"].astype(str))
+    out = []
+    for _, g in d.groupby(ident, sort=True):
+        ok = g[g["status"] != "failed"]
+        last = (ok if len(ok) else g).iloc[-1]
+        entry = {k: _plain(last[k]) for k in ("workload_key", "workload", "fingerprint",
+                                              "framework", "trainable_parameters",
+                                              "flops_per_step", "batch_size", "image_size")}
+        not_applied: dict[str, str] = {}
+        for raw, names in zip(g.get("raw", pd.Series(None, index=g.index)), g["not_applied"]):
+            if isinstance(names, str) and names:
+                reasons = {}
+                try:
+                    reasons = json.loads(raw).get("not_applied", {})
+                except (TypeError, ValueError, AttributeError):
+                    pass
+                for n in names.split(","):
+                    not_applied[n] = str(reasons.get(n, "not applied"))[:200]
+        entry["not_applied"] = not_applied
+        entry["failed"] = [{**{k: _plain(r[k]) for k in CONFIG_KEYS},
+                            "knob": _plain(r["failed_knob"]), "run_id": _plain(r["run_id"]),
+                            "error": str(_plain(r["error"]) or "")[:200]}
+                           for _, r in g[g["status"] == "failed"].iterrows()]
+        out.append(entry)
     return out
 
 
@@ -309,7 +362,10 @@ class ModelPredictor(FastPredictor):
         data = measurements if measurements is not None else model.data
         super().__init__(model.meta,
                          formula=lambda row: float(model.predict_log(pd.DataFrame([row]))[0]),
-                         measured=measured_groups(data))
+                         measured=measured_groups(training_frame(data) if measurements
+                                                  is not None else data),
+                         workloads=(workload_table(measurements) if measurements is not None
+                                    else None))
         self.model = model
 
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import __version__
+from . import __version__, workload
 from .catalogue import Catalogue, Variant, load_catalogue
 from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Scheduler, Target
 from .readers.common import validate
@@ -23,6 +23,7 @@ from .schedulers import SCHEDULERS
 from .shell import Word, join
 
 JOB_SCRIPT = "job.sh"
+RUNTIME_MODULE = "modak_runtime"  # shipped into the run directory next to the job script
 FORMAT_RUNTIME = {"apptainer": "apptainer", "containerfile": "podman",
                   "charliecloud": "charliecloud"}
 
@@ -118,16 +119,20 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     reference = runtime.image_reference(name, tag, target.image_dir)
 
     # environment: MODAK's choices, then what the user set explicitly (the user wins)
+    app = request.application
     env = option_environment(cfg, variant, request, cat)
+    env.update(MODAK_WORKLOAD=workload.label(app), MODAK_WORKLOAD_KEY=workload.key(app))
     env.update(request.environment)
 
-    app = request.application
     ranks = res.nodes * res.tasks_per_node
     words: list[Word] = _launcher_words(decision.launcher, ranks, res.tasks_per_node)
     words += runtime.launch(reference, env, res.gpus_per_node)
     if decision.inner_launcher == Launcher.none:
         words.append(app.executable)
     words += _launcher_words(decision.inner_launcher, ranks, res.tasks_per_node)
+    if workload.wrappable(app):
+        # the runtime applies the knobs to the unmodified script and measures it
+        words += ["-m", RUNTIME_MODULE, "--"]
     if app.script:
         words.append(app.script)
     words += list(app.arguments)

@@ -24,6 +24,7 @@ from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
                      Launcher, Precision, Prediction, Runtime, Scheduler)
 from .schedulers import Resources
+from .workload import wrappable
 
 MAX_IMAGES = 3  # image variants considered per plan (best catalogue scores)
 
@@ -34,6 +35,11 @@ class Predictor(Protocol):
     def predict(self, request: JobRequest, configs: Sequence[Configuration]
                 ) -> list[Optional[Prediction]]:
         """A prediction per configuration, or None where the model cannot say."""
+
+    def exclusions(self, request: JobRequest, configs: Sequence[Configuration]
+                   ) -> list[Optional[str]]:
+        """Per configuration, why it must not be offered (a knob that cannot be applied to
+        this workload, a configuration it failed under), or None."""
 
 
 AUTOTUNE_K = 3  # candidates a proposed autotuning trial runs
@@ -130,11 +136,12 @@ def enumerate_configurations(request: JobRequest, matches: Sequence[Match], res:
                                                         max(1, res.cpus_per_task // 2)},
                                                        reverse=True)
     configs = []
+    runtime_applies = wrappable(app)
     for m in matches[:MAX_IMAGES]:
         v = m.variant
         compilers: list[Optional[str]] = [None]
         for c in opt.compilers:
-            if c in v.compilers:
+            if c in v.compilers and runtime_applies:
                 if c == Compiler.torch_compile:
                     modes = opt.compiler_modes or ("default",)
                     compilers += [f"torch.compile:{mode}" for mode in modes]
@@ -143,7 +150,8 @@ def enumerate_configurations(request: JobRequest, matches: Sequence[Match], res:
         allocators = [Allocator.glibc] + [a for a in v.allocators
                                           if not opt.allocators or a in opt.allocators]
         precisions = [Precision.fp32]
-        if opt.allow_reduced_precision and _bf16_ok(request, cat) and Precision.bf16 in v.precisions:
+        if opt.allow_reduced_precision and _bf16_ok(request, cat) and \
+                Precision.bf16 in v.precisions and runtime_applies:
             precisions.append(Precision.bf16)
         for comp, t, alloc, prec in itertools.product(compilers, threads, allocators, precisions):
             configs.append(Configuration(image=v.id, compiler=comp, threads=t, allocator=alloc,
@@ -191,6 +199,21 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     for c in request.optimisation.compilers:
         if not any(c in m.variant.compilers for m in matches[:MAX_IMAGES]):
             notes.append(f"{c.value} was requested but no matching image supports it")
+    if not wrappable(request.application) and (request.optimisation.compilers or
+                                               request.optimisation.allow_reduced_precision):
+        notes.append("graph compilers and reduced precision not offered: MODAK's runtime applies "
+                     "them to a Python script started by python (this application is "
+                     f"{request.application.executable!r} {request.application.script or ''})"
+                     .rstrip())
+
+    # what earlier runs showed cannot be applied to this workload, or failed, is not offered
+    excluded = (predictor.exclusions(request, configs) if predictor is not None
+                and hasattr(predictor, "exclusions") else [None] * len(configs))
+    if any(excluded) and not all(excluded):
+        for cfg, why in zip(configs, excluded):
+            if why:
+                notes.append(f"not offered: {cfg.label()}: {why}")
+        configs = [c for c, why in zip(configs, excluded) if not why]
 
     predictions = predictor.predict(request, configs) if predictor else [None] * len(configs)
     notes += list(getattr(predictor, "notes", []) or [])

@@ -14,55 +14,49 @@ from typing import Any, Optional, Sequence
 
 from . import __version__
 from .models import Configuration, JobRequest, Prediction
+from .workload import key as workload_key, label as workload_label
 
 MIN_CONFIGS = 3        # measured configurations of a workload on a target before the model speaks
 Z90 = 1.645            # two-sided 90% interval in log space
-CATEGORICAL = ["workload", "framework", "compiler", "allocator", "precision", "channels_last",
+CATEGORICAL = ["fingerprint", "framework", "compiler", "allocator", "precision", "channels_last",
                "onednn", "microarchitecture", "accelerator", "bf16_native"]
-NUMERIC = ["log_params", "log_macs", "log_batch", "log_threads", "log_cores"]
+NUMERIC = ["log_params", "log_flops", "log_batch", "log_threads", "log_cores"]
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 MATCH_KEYS = CONFIG_KEYS + ["framework", "batch_size"]
-
-# multiply-accumulates per sample (forward) at the reference input size, and that size
-WORKLOADS = {
-    "mnist-cnn": {"params": 1_199_882, "macs": 11_992_448, "size": 28, "batch": 128},
-    "resnet18": {"params": 11_689_512, "macs": 1_819_000_000, "size": 224, "batch": 32},
-    "resnet50": {"params": 25_557_032, "macs": 4_110_000_000, "size": 224, "batch": 32},
-}
 BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}
+# a knob (as the runtime names it) -> is it switched on in a configuration row?
+KNOB_ON = {"compiler": lambda r: r["compiler"] != "off",
+           "precision": lambda r: r["precision"] != "fp32",
+           "allocator": lambda r: r["allocator"] != "glibc",
+           "channels_last": lambda r: bool(int(r["channels_last"]))}
 
 
 class PredictError(Exception):
     pass
 
 
-def macs(workload: str, image_size: Optional[float]) -> float:
-    w = WORKLOADS.get(workload)
-    if w is None:
-        return float("nan")
-    size = image_size if image_size and image_size == image_size else w["size"]
-    return w["macs"] * (float(size) / w["size"]) ** 2
-
-
 def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
-                   catalogue=None) -> list[dict[str, Any]]:
-    """Store-shaped rows describing each candidate configuration of ``request``."""
+                   catalogue=None, workload: Optional[dict[str, Any]] = None
+                   ) -> list[dict[str, Any]]:
+    """Store-shaped rows describing each candidate configuration of ``request``; the
+    workload's columns come from its measured fingerprint (``workload``), when known."""
     from .catalogue import load_catalogue
 
     cat = catalogue or load_catalogue()
     app, target = request.application, request.target
-    workload = app.model or "unknown"
-    w = WORKLOADS.get(workload, {})
+    w = workload or {}
     acc = target.accelerators
     rows = []
     for c in configs:
         variant = cat.variant(c.image)
         framework = "keras" if variant.framework in ("keras", "tensorflow") else variant.framework
         rows.append({
-            "workload": workload, "framework": framework,
-            "trainable_parameters": w.get("params", float("nan")),
-            "batch_size": app.batch_size or w.get("batch", 32),
-            "image_size": w.get("size", 224),
+            "workload": w.get("workload", "unknown"), "fingerprint": w.get("fingerprint"),
+            "framework": framework,
+            "trainable_parameters": w.get("trainable_parameters", float("nan")),
+            "flops_per_step": w.get("flops_per_step", float("nan")),
+            "batch_size": w.get("batch_size") or app.batch_size or 32,
+            "image_size": w.get("image_size"),
             "compiler": c.compiler or "off",
             "threads": c.threads, "allocator": c.allocator.value, "precision": c.precision.value,
             "channels_last": 0, "onednn": 1, "microarchitecture": target.microarchitecture,
@@ -73,22 +67,30 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
     return rows
 
 
+def _s(v: Any, default: str) -> str:
+    return default if v is None or v != v else str(v)
+
+
 def features(row: dict[str, Any]) -> tuple[list[str], list[float]]:
     """The model's categorical and numeric inputs of one row (as ``model.feature_frame``)."""
-    def s(v: Any, default: str) -> str:
-        return default if v is None or v != v else str(v)
-    cats = [s(row["workload"], "nan"), s(row["framework"], "nan"), s(row["compiler"], "off"),
-            s(row["allocator"], "glibc"), s(row["precision"], "fp32"),
+    cats = [_s(row.get("fingerprint"), _s(row["workload"], "nan")), _s(row["framework"], "nan"),
+            _s(row["compiler"], "off"), _s(row["allocator"], "glibc"),
+            _s(row["precision"], "fp32"),
             str(int(row.get("channels_last") or 0)), str(int(1 if row.get("onednn") is None
                                                               else row["onednn"])),
-            s(row["microarchitecture"], "unknown"), s(row.get("accelerator"), "none"),
+            _s(row["microarchitecture"], "unknown"), _s(row.get("accelerator"), "none"),
             str(bool(row.get("bf16_native")))]
-    params = row.get("trainable_parameters")
-    if not params or params != params or params <= 0:
-        params = WORKLOADS.get(row["workload"], {}).get("params", float("nan"))
-    nums = [_log(params), _log(macs(row["workload"], row.get("image_size"))),
-            _log(row["batch_size"]), _log(row["threads"]), _log(row["cores"])]
+    flops, batch = _float(row.get("flops_per_step")), _float(row.get("batch_size"))
+    nums = [_log(row.get("trainable_parameters")), _log(flops / batch if batch else None),
+            _log(batch), _log(row["threads"]), _log(row["cores"])]
     return cats, nums
+
+
+def _float(v: Any) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def _log(v: Any) -> float:
@@ -122,16 +124,20 @@ class FastPredictor:
     """The planner's predictor from a model's JSON sidecar: no numpy, pandas or sklearn."""
 
     def __init__(self, meta: dict[str, Any], formula=None,
-                 measured: Optional[list[dict[str, Any]]] = None):
-        """``formula`` (row -> log s/step) and ``measured`` default to the exported ones."""
+                 measured: Optional[list[dict[str, Any]]] = None,
+                 workloads: Optional[list[dict[str, Any]]] = None):
+        """``formula`` (row -> log s/step), ``measured`` (medians per configuration) and
+        ``workloads`` (what runs measured of each workload) default to the exported ones."""
         light = meta.get("light") or {}
         if formula is None:
-            if not light:
+            if "formula" not in light:
                 raise PredictError("the model has no exported linear formula")
             formula = LinearFormula(light["formula"])
         self.meta = meta
         self.formula = formula
         self.measured = measured if measured is not None else light.get("measured", [])
+        self.workloads: list[dict[str, Any]] = (workloads if workloads is not None
+                                                else light.get("workloads", []))
         self.sigma = meta.get("sigma_log", 0.5)
         self.notes: list[str] = []
 
@@ -147,29 +153,69 @@ class FastPredictor:
                                f" this is {__version__}: refit with `modak model fit`")
         return cls(meta)
 
+    def workload(self, request: JobRequest) -> Optional[dict[str, Any]]:
+        """What earlier runs measured of this request's workload: by its key, else by its
+        label (same framework and batch); None when it never ran."""
+        app = request.application
+        key, name = workload_key(app), workload_label(app)
+        hit = [w for w in self.workloads if w.get("workload_key") == key]
+        if not hit and app.model:
+            frameworks = {"keras": ("keras", "tensorflow"), "tensorflow": ("keras", "tensorflow")}
+            allowed = frameworks.get(app.framework.value, (app.framework.value,))
+            hit = [w for w in self.workloads if w.get("workload") == name
+                   and w.get("framework") in allowed
+                   and (not app.batch_size or w.get("batch_size") == app.batch_size)]
+        return hit[-1] if hit else None
+
+    def exclusions(self, request: JobRequest, configs: Sequence[Configuration]
+                   ) -> list[Optional[str]]:
+        """Why a configuration must not be offered for this workload (None: it may): a knob
+        the runtime could not apply to it, or a configuration it failed under."""
+        w = self.workload(request)
+        if not w:
+            return [None] * len(configs)
+        out: list[Optional[str]] = []
+        for row in candidate_rows(request, configs, workload=w):
+            why = None
+            for knob, reason in (w.get("not_applied") or {}).items():
+                if knob in KNOB_ON and KNOB_ON[knob](row):
+                    why = f"{knob} cannot be applied to this script: {reason}"
+                    break
+            cfg = tuple(str(row[k]) for k in CONFIG_KEYS)
+            for fail in w.get("failed") or []:
+                if why is None and tuple(str(fail[k]) for k in CONFIG_KEYS) == cfg:
+                    why = (f"failed when run ({fail.get('run_id') or 'a run'}"
+                           + (f", under the knob {fail['knob']}" if fail.get("knob") else "")
+                           + f"): {fail.get('error') or 'no reason recorded'}")
+            out.append(why)
+        return out
+
     def predict(self, request: JobRequest, configs: Sequence[Configuration]
                 ) -> list[Optional[Prediction]]:
         self.notes = []
-        workload = request.application.model
         if not configs:
             return []
-        if workload not in WORKLOADS:
-            self.notes.append(f"no performance data for workload {workload!r}: prior used "
-                              f"(known: {', '.join(WORKLOADS)})")
+        w = self.workload(request)
+        name = workload_label(request.application)
+        if w is None:
+            self.notes.append(f"no measurement of workload {name!r} yet (key "
+                              f"{workload_key(request.application)}): prior used; its first "
+                              "run measures its fingerprint")
             return [None] * len(configs)
+        fp = w.get("fingerprint") or w.get("workload")
         target = request.target
-        same = [m for m in self.measured if m["workload"] == workload
+        same = [m for m in self.measured if (m.get("fingerprint") or m.get("workload")) == fp
                 and m["microarchitecture"] == target.microarchitecture
                 and float(m["cores"]) == float(target.cores_per_node)]
         distinct = {tuple(str(m[k]) for k in MATCH_KEYS) for m in same}
         if len(distinct) < MIN_CONFIGS:
             self.notes.append(
-                f"cold start: {len(distinct)} measured configuration(s) of {workload} on "
-                f"{target.microarchitecture} with {target.cores_per_node} cores "
-                f"(the model needs {MIN_CONFIGS}); prior used")
+                f"cold start: {len(distinct)} measured configuration(s) of {name} "
+                f"(fingerprint {fp}) on {target.microarchitecture} with "
+                f"{target.cores_per_node} cores (the model needs {MIN_CONFIGS}); prior used")
             return [None] * len(configs)
         out: list[Optional[Prediction]] = []
-        for row in candidate_rows(request, configs):
+        for row in candidate_rows(request, configs, workload=w):
             key = tuple(str(row[k]) for k in MATCH_KEYS)
             hit = [m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key]
             if hit:

@@ -16,26 +16,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from modak_runtime import record
+
 from .paths import data_file
 from .errors import ModakError
 
 SHIPPED = Path(__file__).parent / "data" / "measurements.csv"
 
-# column -> SQLite type; the order is the CSV's
-COLUMNS: dict[str, str] = {
-    "recorded_at": "TEXT NOT NULL", "source": "TEXT NOT NULL", "run_id": "TEXT",
-    "repeat": "INTEGER", "workload": "TEXT NOT NULL", "framework": "TEXT NOT NULL",
-    "framework_version": "TEXT", "trainable_parameters": "INTEGER", "batch_size": "INTEGER",
-    "image_size": "INTEGER", "compiler": "TEXT NOT NULL", "threads": "INTEGER",
-    "allocator": "TEXT NOT NULL", "precision": "TEXT NOT NULL",
-    "channels_last": "INTEGER NOT NULL", "onednn": "INTEGER NOT NULL", "image": "TEXT",
-    "target": "TEXT", "cpu_model": "TEXT", "microarchitecture": "TEXT", "cores": "INTEGER",
-    "accelerator": "TEXT", "steps": "INTEGER", "s_per_step": "REAL NOT NULL",
-    "steps_per_s": "REAL", "samples_per_s": "REAL", "compile_s": "REAL", "peak_rss_mb": "REAL",
-    "final_loss": "REAL", "accuracy": "REAL", "raw": "TEXT NOT NULL",
-}
+# column -> SQLite type, in the CSV's order: declared once, with the record they come from
+COLUMNS: dict[str, str] = {name: sql for name, (sql, _) in record.STORE_COLUMNS.items()}
 _INT = {k for k, v in COLUMNS.items() if v.startswith("INTEGER")}
 _REAL = {k for k, v in COLUMNS.items() if v.startswith("REAL")}
+parse_fom_lines = record.parse_lines
 
 
 class StoreError(ModakError):
@@ -46,70 +38,34 @@ def default_path() -> Path:
     return data_file("MODAK_RESULTS", "results.sqlite")
 
 
-def parse_fom_lines(text: str) -> list[dict[str, Any]]:
-    """The figure-of-merit records (``{"modak": "fom", ...}`` lines) in a job's output."""
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{") and '"modak"' in line:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and rec.get("modak") == "fom":
-                out.append(rec)
-    return out
-
-
-def compiler_name(framework: str, compile_option: str) -> str:
-    """The planner's name for a workload's --compile value ('off' when none)."""
-    if compile_option in ("off", "", None):
-        return "off"
-    if framework == "pytorch":
-        return f"torch.compile:{compile_option}"
-    return compile_option  # keras: xla
-
-
 def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = None,
                  repeat: Optional[int] = None, image: Optional[str] = None,
                  target: Optional[str] = None, accelerator: Optional[str] = None,
                  microarchitecture: Optional[str] = None, cores: Optional[int] = None) -> dict:
-    """One store row from a figure-of-merit record printed by workloads/train.py.
+    """One store row from a figure-of-merit record printed by the runtime (``modak_runtime``).
 
     ``microarchitecture`` and ``cores`` name the target as the planner knew it (a run inside
     a container may not see them); they replace what the run reported of its host.
     """
     try:
-        cfg, host, m = rec["config"], rec["host"], rec["metrics"]
-        fw = rec["framework"]
-        versions = host.get("frameworks", {})
-        steps_per_s = float(m["steps_per_s"])
-        if not steps_per_s > 0:
-            raise ValueError(f"steps_per_s {steps_per_s}")
-        return {
-            "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "source": source, "run_id": run_id, "repeat": repeat,
-            "workload": rec["workload"], "framework": fw,
-            "framework_version": versions.get("torch" if fw == "pytorch" else "keras"),
-            "trainable_parameters": m.get("trainable_parameters"),
-            "batch_size": cfg["batch_size"],
-            "image_size": 28 if rec["workload"] == "mnist-cnn" else cfg.get("image_size"),
-            "compiler": compiler_name(fw, cfg["compile"]),
-            "threads": cfg.get("threads") or cores or host.get("cores"),
-            "allocator": cfg.get("allocator") or "glibc", "precision": cfg["precision"],
-            "channels_last": int(bool(cfg.get("channels_last"))),
-            "onednn": int(bool(cfg.get("onednn", True))), "image": image or "host",
-            "target": target, "cpu_model": host.get("cpu_model"),
-            "microarchitecture": microarchitecture or host.get("microarchitecture"),
-            "cores": cores or host.get("cores"),
-            "accelerator": accelerator, "steps": m.get("timed_steps"),
-            "s_per_step": 1.0 / steps_per_s, "steps_per_s": steps_per_s,
-            "samples_per_s": m.get("samples_per_s"), "compile_s": m.get("compile_s"),
-            "peak_rss_mb": m.get("peak_rss_mb"), "final_loss": m.get("final_loss"),
-            "accuracy": m.get("accuracy"), "raw": json.dumps(rec, sort_keys=True),
-        }
-    except (KeyError, TypeError, ValueError) as exc:
-        raise StoreError(f"not a complete figure-of-merit record ({exc})") from None
+        row = record.flatten(rec)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise StoreError(f"not a figure-of-merit record MODAK can read ({exc})") from None
+    if row["status"] != "failed" and not (row["s_per_step"] or 0) > 0:
+        raise StoreError("a run that did not fail measured no step time (fewer than 2 steps?)")
+    shape = rec.get("fingerprint", {}).get("input_shape") or []
+    row.update(recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+               source=source, run_id=run_id, repeat=repeat, image=image or "host",
+               target=target, accelerator=accelerator,
+               image_size=shape[-2] if len(shape) >= 3 else None,
+               raw=json.dumps(rec, sort_keys=True))
+    if microarchitecture:
+        row["microarchitecture"] = microarchitecture
+    if cores:
+        row["cores"] = cores
+    if row["threads"] is None:
+        row["threads"] = row["cores"]
+    return row
 
 
 class ResultsStore:
@@ -139,12 +95,41 @@ class ResultsStore:
             con.execute(f"CREATE TABLE IF NOT EXISTS measurements "
                         f"(id INTEGER PRIMARY KEY, {cols})")
         else:
-            have = {r[1] for r in con.execute("PRAGMA table_info(measurements)")}
-            missing = set(COLUMNS) - have
-            if missing:
-                con.close()
-                raise StoreError(f"{self.path}: results store lacks columns {sorted(missing)}")
+            self._migrate(con)
         return con
+
+    def _migrate(self, con: sqlite3.Connection) -> None:
+        """Bring a store of an earlier MODAK up to these columns (in one transaction)."""
+        info = {r[1]: r for r in con.execute("PRAGMA table_info(measurements)")}
+        missing = [c for c in COLUMNS if c not in info]
+        relax = [c for c in COLUMNS if c in info and info[c][3] and "NOT NULL" not in COLUMNS[c]]
+        if not missing and not relax:
+            return
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            if relax:  # SQLite cannot drop NOT NULL: copy into a table of the new shape
+                cols = ", ".join(f'"{k}" {v}' for k, v in COLUMNS.items())
+                kept = [c for c in COLUMNS if c in info or c == "status"]
+                values = ", ".join(f'"{c}"' if c in info else "'ok'" for c in kept)
+                names = ", ".join(f'"{c}"' for c in kept)
+                con.execute(f"CREATE TABLE measurements_new (id INTEGER PRIMARY KEY, {cols})")
+                con.execute(f"INSERT INTO measurements_new (id, {names}) "
+                            f"SELECT id, {values} FROM measurements")
+                con.execute("DROP TABLE measurements")
+                con.execute("ALTER TABLE measurements_new RENAME TO measurements")
+            else:
+                for c in missing:
+                    default = " DEFAULT 'ok'" if c == "status" else ""
+                    sql = COLUMNS[c].replace(" NOT NULL", "")
+                    con.execute(f'ALTER TABLE measurements ADD COLUMN "{c}" {sql}{default}')
+            if "status" in missing:
+                con.execute("UPDATE measurements SET status = 'ok' WHERE status IS NULL")
+            con.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            con.execute("ROLLBACK")
+            con.close()
+            raise StoreError(f"{self.path}: cannot bring the results store up to date "
+                             f"({exc})") from None
 
     # -- writing --------------------------------------------------------------------
     def append(self, rows: Iterable[dict[str, Any]]) -> int:

@@ -117,7 +117,8 @@ def test_arguments_and_env_values_arrive_verbatim_without_a_container(value, tmp
     assert left == expected_files(tmp_path), "an unexpected file appeared"
     (call,) = calls
     assert call["prog"] == "python3"
-    assert call["argv"] == ["train.py", "--name", value]
+    # the runtime starts the unmodified script: user words only after its "--"
+    assert call["argv"] == ["-m", "modak_runtime", "--", "train.py", "--name", value]
     assert call["env"] == {"HOSTILE_VALUE": value}
     assert "49" not in json.dumps(call) or "49" in value
 
@@ -151,7 +152,8 @@ def test_dsl_arguments_string_is_split_then_quoted(tmp_path):
     req = read_dsl(doc, "r.json")
     calls, left = run_script(plan_of(req).files["job.sh"], tmp_path)
     assert left == expected_files(tmp_path)
-    assert calls[0]["argv"] == ["train.py", "--out", "$(touch pwned)", "--tag", "`id`", "a b"]
+    assert calls[0]["argv"] == ["-m", "modak_runtime", "--", "train.py", "--out", "$(touch pwned)",
+                                "--tag", "`id`", "a b"]
 
 
 def test_nul_is_rejected_even_in_free_text():

@@ -19,6 +19,13 @@ pytest.importorskip("sklearn")
 COMPILER = {"off": 0.0, "torch.compile:default": 0.15}
 ALLOC = {"glibc": 0.0, "tcmalloc": -0.25, "jemalloc": 0.3}
 PREC = {"fp32": 0.0, "bf16": -0.4}
+# fingerprints as the runtime measures them (the shipped dataset's values)
+WORKLOADS = {
+    "mnist-cnn": {"params": 1_199_882, "flops": 9_160_359_936.0, "batch": 128, "size": 28,
+                  "fingerprint": "fp-18239cf90f51"},
+    "resnet18": {"params": 11_689_512, "flops": 13_966_245_968.0, "batch": 16, "size": 64,
+                 "fingerprint": "fp-b0d4670b42d0"},
+}
 
 
 def truth(workload, compiler, threads, allocator, precision):
@@ -46,8 +53,9 @@ def row(w, comp, threads, alloc, prec, s, rep=0, micro="zen4", cores=2):
     return {c: None for c in COLUMNS} | {
         "recorded_at": "2026-11-22T00:00:00+00:00", "source": "campaign", "run_id": "synthetic",
         "repeat": rep, "workload": w, "framework": "pytorch",
-        "trainable_parameters": m.WORKLOADS[w]["params"],
-        "batch_size": m.WORKLOADS[w]["batch"], "image_size": m.WORKLOADS[w]["size"],
+        "trainable_parameters": WORKLOADS[w]["params"], "status": "ok",
+        "fingerprint": WORKLOADS[w]["fingerprint"], "flops_per_step": WORKLOADS[w]["flops"],
+        "batch_size": WORKLOADS[w]["batch"], "image_size": WORKLOADS[w]["size"],
         "compiler": comp, "threads": threads, "allocator": alloc, "precision": prec,
         "channels_last": 0, "onednn": 1, "image": "host", "microarchitecture": micro,
         "cores": cores, "cpu_model": "test cpu", "s_per_step": s, "steps_per_s": 1 / s,
@@ -164,8 +172,8 @@ def test_cold_start_falls_back_to_the_prior():
     df = synthetic(workloads=("resnet18",))
     result = make_plan(mnist_request(), predictor=predictor_for(df), run_id="t")
     assert result.plan.decided_by == "prior"
-    assert any(n.startswith("cold start: 0 measured configuration(s) of mnist-cnn")
-               for n in result.plan.notes)
+    assert any(n.startswith("no measurement of workload 'mnist-cnn' yet")
+               for n in result.plan.notes), result.plan.notes
     other_target = make_plan(mnist_request(microarchitecture="skylake_avx512"),
                              predictor=predictor_for(synthetic()), run_id="t")
     assert other_target.plan.decided_by == "prior"
@@ -202,10 +210,13 @@ def test_closed_loop_a_run_moves_the_next_prediction(tmp_path):
     cfg = first.chosen
     predicted = first.candidates[0].prediction.seconds
     env = {"MODAK_THREADS": str(cfg.threads), "MODAK_PRECISION": cfg.precision.value,
-           "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, str(ROOT / "workloads/train.py"), "--steps", "10"],
+           "MODAK_WORKLOAD": "mnist-cnn", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([sys.executable, "-m", "modak_runtime", "--",
+                           str(ROOT / "workloads/train.py"), "--steps", "10"], cwd=ROOT,
                           capture_output=True, text=True, env=env, timeout=300)
     (rec,) = parse_fom_lines(proc.stdout)
+    # the runtime measured the same workload the dataset knows (its fingerprint)
+    assert rec["fingerprint"]["id"] == WORKLOADS["mnist-cnn"]["fingerprint"]
     rec["config"]["allocator"] = cfg.allocator.value  # the store keys the run by the plan
     measured_row = row_from_fom(rec, source="deploy", run_id="a")
     measured_row["microarchitecture"], measured_row["cores"] = "x86_64_v4", 2

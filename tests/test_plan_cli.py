@@ -36,7 +36,7 @@ def test_tensorflow_xla_gpu_on_torque(tmp_path):
     image = plan_json["image"]
     assert image["variant"] == "tensorflow-2.1.0-gpu"
     assert 'apptainer exec --nv --cleanenv' in script
-    assert f'"$HOME"/{image["reference"]} python3 train.py --batch_size 96' in script
+    assert f'"$HOME"/{image["reference"]} python3 -m modak_runtime -- train.py --batch_size 96' in script
     assert plan_json["scheduler"] == "pbs" and plan_json["runtime"] == "apptainer"
     assert plan_json["submit_command"] == ["qsub", "-o", "tf-xla.out", "-j", "oe", "job.sh"]
     assert "tensorflow-2.1.0-gpu" in table and "xla" in table

@@ -77,20 +77,25 @@ def test_keras_parameter_counts():
 
 
 # ---------------------------------------------------------------------------
-# short real runs through the command line, as a job script starts them
-def train(*args, env=None, timeout=300):
+# short real runs through the runtime, as a job script starts them
+def train(*args, env=None, timeout=300, ok=True):
     full_env = dict(os.environ, **(env or {}))
-    proc = subprocess.run([sys.executable, str(ROOT / "workloads/train.py"), *args],
+    proc = subprocess.run([sys.executable, "-m", "modak_runtime", "--",
+                           str(ROOT / "workloads/train.py"), *args], cwd=ROOT,
                           capture_output=True, text=True, env=full_env, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-2000:]
     (rec,) = parse_lines(proc.stdout)
+    if not ok:
+        assert proc.returncode != 0 and rec["status"] == "failed"
+        return rec, proc
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert rec["status"] == "ok" and rec["schema"] == 2
     m = rec["metrics"]
-    for key in ("steps_per_s", "samples_per_s", "s_per_epoch", "peak_rss_mb", "final_loss",
-                "first_step_s", "compile_s"):
+    for key in ("s_per_step", "steps_per_s", "samples_per_s", "peak_rss_mb", "final_loss",
+                "warmup_s", "wall_s"):
         assert isinstance(m[key], float) and np.isfinite(m[key]), key
     assert m["steps_per_s"] > 0 and m["peak_rss_mb"] > 10
     assert rec["host"]["cores"] >= 1 and rec["host"]["cpu_model"]
-    return rec
+    return rec, proc
 
 
 @pytest.mark.parametrize("args", [
@@ -99,49 +104,55 @@ def train(*args, env=None, timeout=300):
     ["--model", "resnet50", "--image-size", "32", "--batch-size", "2", "--steps", "1",
      "--warmup", "1"],
 ])
-def test_pytorch_runs_emit_figures_of_merit(args):
+def test_pytorch_runs_are_measured_by_the_runtime(args):
     need("torch")
-    rec = train(*args)
-    assert rec["framework"] == "pytorch" and rec["config"]["compile"] == "off"
-    assert rec["metrics"]["timed_steps"] == int(args[args.index("--steps") + 1])
+    rec, _ = train(*args)
+    assert rec["framework"] == "pytorch" and rec["config"]["compiler"] == "off"
+    warmup = int(args[args.index("--warmup") + 1]) if "--warmup" in args else 3
+    assert rec["metrics"]["steps"] == warmup + int(args[args.index("--steps") + 1])
+    assert rec["applied"] == {} and rec["not_applied"] == {}  # nothing asked, nothing done
 
 
-def test_keras_runs_emit_figures_of_merit():
+def test_keras_runs_are_measured_by_the_runtime():
     need("keras")
     need("tensorflow")
-    rec = train("--framework", "keras", "--model", "mnist-cnn", "--steps", "3",
-                env={"KERAS_BACKEND": "tensorflow"})
-    assert rec["host"]["frameworks"]["keras_backend"] == "tensorflow"
-    assert rec["metrics"]["trainable_parameters"] == 1_199_882
-    rec = train("--framework", "keras", "--model", "resnet50", "--image-size", "32",
-                "--batch-size", "2", "--steps", "1", "--warmup", "1")
+    rec, _ = train("--framework", "keras", "--model", "mnist-cnn", "--steps", "3",
+                   env={"KERAS_BACKEND": "tensorflow"})
+    assert rec["framework"] == "keras" and rec["effect"]["keras_backend"] == "tensorflow"
+    assert rec["fingerprint"]["trainable_parameters"] == 1_199_882
+    rec, _ = train("--framework", "keras", "--model", "resnet50", "--image-size", "32",
+                   "--batch-size", "2", "--steps", "1", "--warmup", "1",
+                   env={"MODAK_WORKLOAD": "resnet50"})
     assert rec["workload"] == "resnet50"
+    assert rec["fingerprint"]["trainable_parameters"] == 25_583_592
 
 
-def test_modak_environment_is_honoured():
+def test_modak_environment_is_applied_by_the_runtime():
     need("torch")
-    rec = train("--steps", "2", env={"MODAK_THREADS": "1", "MODAK_PRECISION": "bf16",
-                                     "MODAK_ALLOCATOR": "glibc"})
+    rec, _ = train("--steps", "2", env={"MODAK_THREADS": "1", "MODAK_PRECISION": "bf16",
+                                        "MODAK_ALLOCATOR": "glibc"})
     assert rec["config"]["threads"] == 1 and rec["config"]["precision"] == "bf16"
+    assert rec["effect"]["threads"] == 1 and rec["effect"]["matmul_dtype"] == "bfloat16"
+    assert "precision" in rec["applied"]
 
 
 def test_torch_compile_path():
     need("torch")
-    rec = train("--steps", "2", "--warmup", "1", env={"MODAK_TORCH_COMPILE": "default"})
-    assert rec["config"]["compile"] == "default" and rec["metrics"]["compile_s"] > 0
+    rec, _ = train("--steps", "3", "--warmup", "1", env={"MODAK_TORCH_COMPILE": "default"})
+    assert rec["config"]["compiler"] == "torch.compile:default"
+    assert rec["effect"]["compiled"] is True and rec["metrics"]["warmup_s"] > 0
 
 
 def test_real_data_training_reports_accuracy():
     need("torch")
-    rec = train("--data", str(SAMPLE), "--epochs", "3", "--batch-size", "50")
-    m = rec["metrics"]
-    assert m["steps"] == 30  # 500 images / 50 per batch x 3 epochs
-    assert 0.5 < m["accuracy"] <= 1.0  # it learns even from 500 digits
-    assert "t10k only" in m["eval_data"]
+    rec, proc = train("--data", str(SAMPLE), "--epochs", "3", "--batch-size", "50")
+    assert rec["metrics"]["steps"] == 30  # 500 images / 50 per batch x 3 epochs
+    accuracy = float(proc.stdout.split("test accuracy ")[1].split()[0])
+    assert 0.5 < accuracy <= 1.0  # it learns even from 500 digits
+    assert "t10k only" in proc.stdout
 
 
-def test_a_failing_run_prints_no_figure():
-    proc = subprocess.run([sys.executable, str(ROOT / "workloads/train.py"), "--model",
-                           "mnist-cnn", "--data", "/nonexistent"], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode != 0 and parse_lines(proc.stdout) == []
+def test_a_failing_run_is_recorded_as_failed():
+    rec, proc = train("--model", "mnist-cnn", "--data", "/nonexistent", ok=False)
+    assert rec["error"]["knob"] is None and "nonexistent" in rec["error"]["message"]
+    assert "Traceback" in proc.stderr  # the script's own traceback, as python would print it

@@ -1,4 +1,8 @@
-"""Command-line options of a training run; MODAK's job scripts set them as MODAK_* variables."""
+"""Command-line options of a reference training run (an ordinary script's argparse options).
+
+MODAK does not reach the run through these: its runtime (``python3 -m modak_runtime -- train.py``)
+applies the plan's knobs to the unmodified script, as for any user's script.
+"""
 from __future__ import annotations
 
 import argparse
@@ -29,21 +33,13 @@ class RunConfig:
     keras_backend: Optional[str]
 
     def as_dict(self) -> dict:
-        d = asdict(self)
-        d["allocator"] = os.environ.get("MODAK_ALLOCATOR", "glibc")
-        d["ld_preload"] = os.environ.get("LD_PRELOAD") or None
-        return d
-
-
-def _env(name: str, default: Optional[str] = None) -> Optional[str]:
-    value = os.environ.get(name)
-    return value if value not in (None, "") else default
+        return asdict(self)
 
 
 def parse(argv=None) -> RunConfig:
     p = argparse.ArgumentParser(prog="train.py", description=__doc__)
     p.add_argument("--framework", choices=["pytorch", "keras"],
-                   default=_env("MODAK_FRAMEWORK", "pytorch"))
+                   default="pytorch")
     p.add_argument("--model", choices=MODELS, default="mnist-cnn")
     p.add_argument("--steps", type=int, default=50, help="timed training steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first")
@@ -53,22 +49,18 @@ def parse(argv=None) -> RunConfig:
                    help="'synthetic', or a folder with the MNIST IDX files")
     p.add_argument("--epochs", type=int, default=None,
                    help="with real data: train whole epochs instead of --steps")
-    p.add_argument("--threads", type=int, default=_int(_env("MODAK_THREADS")))
+    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--compile", default=None,
                    help="pytorch: off|default|reduce-overhead|max-autotune; keras: off|xla")
     p.add_argument("--precision", choices=["fp32", "bf16"],
-                   default=_env("MODAK_PRECISION", "fp32"))
-    p.add_argument("--channels-last", action="store_true",
-                   default=_env("MODAK_CHANNELS_LAST", "0") == "1")
-    p.add_argument("--onednn", choices=["on", "off"], default=_env("MODAK_ONEDNN", "on"))
+                   default="fp32")
+    p.add_argument("--channels-last", action="store_true")
+    p.add_argument("--onednn", choices=["on", "off"], default="on")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval", action="store_true", help="report test accuracy (real data)")
     a = p.parse_args(argv)
     if a.compile is None:
-        if a.framework == "pytorch":
-            a.compile = _env("MODAK_TORCH_COMPILE", "off")
-        else:
-            a.compile = "xla" if _env("MODAK_JIT_COMPILE", "0") == "1" else "off"
+        a.compile = "off"
     if a.steps < 1 or a.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
     batch = a.batch_size or (128 if a.model == "mnist-cnn" else 32)
@@ -76,8 +68,4 @@ def parse(argv=None) -> RunConfig:
                      batch_size=batch, image_size=a.image_size, data=a.data, epochs=a.epochs,
                      threads=a.threads, compile=a.compile, precision=a.precision,
                      channels_last=a.channels_last, onednn=a.onednn == "on", seed=a.seed,
-                     eval=a.eval, keras_backend=_env("KERAS_BACKEND"))
-
-
-def _int(v: Optional[str]) -> Optional[int]:
-    return int(v) if v else None
+                     eval=a.eval, keras_backend=os.environ.get("KERAS_BACKEND"))

@@ -6,7 +6,7 @@ set -uo pipefail
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)
-apptainer exec --cleanenv --bind "$PWD":/work --pwd /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 "$HOME"/modak-images/modak_pytorch-2.13.0-cpu_8790f86554ad.sif python3 workloads/train.py --model mnist-cnn --steps 300
+apptainer exec --cleanenv --bind "$PWD":/work --pwd /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=mnist-cnn --env MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 "$HOME"/modak-images/modak_pytorch-2.13.0-cpu_8790f86554ad.sif python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300
 modak_rc=$?
 modak_end=$(date +%s.%N)
 printf '{"modak": "job", "run_id": "%s", "exit_code": %d, "elapsed_s": %s}\n' \

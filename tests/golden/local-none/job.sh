@@ -8,11 +8,13 @@ export MKL_NUM_THREADS=4
 export MODAK_THREADS=4
 export MODAK_TORCH_COMPILE=default
 export MODAK_PRECISION=fp32
+export MODAK_WORKLOAD=mnist-cnn
+export MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901
 export DATA_DIR=/data/mnist
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)
-python3 workloads/train.py --model mnist-cnn --steps 300
+python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300
 modak_rc=$?
 modak_end=$(date +%s.%N)
 printf '{"modak": "job", "run_id": "%s", "exit_code": %d, "elapsed_s": %s}\n' \

@@ -12,7 +12,7 @@ cd "${SLURM_SUBMIT_DIR:-${PBS_O_WORKDIR:-$PWD}}" || exit 1
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)
-apptainer exec --nv --cleanenv --bind "$PWD":/work --pwd /work --env OMP_NUM_THREADS=8 --env MKL_NUM_THREADS=8 --env MODAK_THREADS=8 --env TF_NUM_INTRAOP_THREADS=8 --env TF_NUM_INTEROP_THREADS=2 --env TF_XLA_FLAGS=--tf_xla_auto_jit=2 --env MODAK_JIT_COMPILE=1 --env MODAK_PRECISION=fp32 "$HOME"/modak-images/modak_tensorflow-2.1.0-gpu_4f94ecf15b89.sif python3 train.py --batch-size 96
+apptainer exec --nv --cleanenv --bind "$PWD":/work --pwd /work --env OMP_NUM_THREADS=8 --env MKL_NUM_THREADS=8 --env MODAK_THREADS=8 --env TF_NUM_INTRAOP_THREADS=8 --env TF_NUM_INTEROP_THREADS=2 --env TF_XLA_FLAGS=--tf_xla_auto_jit=2 --env MODAK_JIT_COMPILE=1 --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=train --env MODAK_WORKLOAD_KEY=wk-c952cb5cd0d8ea0c "$HOME"/modak-images/modak_tensorflow-2.1.0-gpu_4f94ecf15b89.sif python3 -m modak_runtime -- train.py --batch-size 96
 modak_rc=$?
 modak_end=$(date +%s.%N)
 printf '{"modak": "job", "run_id": "%s", "exit_code": %d, "elapsed_s": %s}\n' \

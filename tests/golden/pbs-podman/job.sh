@@ -18,7 +18,7 @@ cd "${SLURM_SUBMIT_DIR:-${PBS_O_WORKDIR:-$PWD}}" || exit 1
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)
-podman run --rm --pull=never --network=host --volume "$PWD":/work --workdir /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 localhost/modak/pytorch-2.13.0-cpu:c103e34ff5f7 python3 workloads/train.py --model mnist-cnn --steps 300
+podman run --rm --pull=never --network=host --volume "$PWD":/work --workdir /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=mnist-cnn --env MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 localhost/modak/pytorch-2.13.0-cpu:c103e34ff5f7 python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300
 modak_rc=$?
 modak_end=$(date +%s.%N)
 printf '{"modak": "job", "run_id": "%s", "exit_code": %d, "elapsed_s": %s}\n' \

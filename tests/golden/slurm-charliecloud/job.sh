@@ -20,7 +20,7 @@ set -uo pipefail
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)
-srun ch-run --bind "$PWD":/work --cd /work --env-no-expand --set-env --set-env=OMP_NUM_THREADS=4 --set-env=MKL_NUM_THREADS=4 --set-env=MODAK_THREADS=4 --set-env=MODAK_TORCH_COMPILE=default --set-env=MODAK_PRECISION=fp32 modak/pytorch-2.13.0-cpu:9f21e555a831 -- python3 workloads/train.py --model mnist-cnn --steps 300
+srun ch-run --bind "$PWD":/work --cd /work --env-no-expand --set-env --set-env=OMP_NUM_THREADS=4 --set-env=MKL_NUM_THREADS=4 --set-env=MODAK_THREADS=4 --set-env=MODAK_TORCH_COMPILE=default --set-env=MODAK_PRECISION=fp32 --set-env=MODAK_WORKLOAD=mnist-cnn --set-env=MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 modak/pytorch-2.13.0-cpu:9f21e555a831 -- python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300
 modak_rc=$?
 modak_end=$(date +%s.%N)
 printf '{"modak": "job", "run_id": "%s", "exit_code": %d, "elapsed_s": %s}\n' \

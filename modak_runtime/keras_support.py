@@ -1,0 +1,217 @@
+"""Keras 3 and TensorFlow: the plan's knobs by the frameworks' own settings, steps timed.
+
+When the script imports keras, the runtime sets the mixed-precision dtype policy (before the
+script builds its model), makes ``Model.compile`` use XLA (``jit_compile=True``) when XLA was
+chosen, and adds a callback to ``Model.fit`` (and a clock around ``train_on_batch``) that
+times every batch and reads its loss.  TensorFlow's threads are set when tensorflow is
+imported; plain TensorFlow gets XLA from ``TF_XLA_FLAGS`` (the plan exports it).
+
+The fingerprint is counted analytically from the built model's layers (Dense, convolutions,
+recurrent, attention, normalisation): FLOPs per sample forward, times three for a step.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Optional
+
+from .hooks import when_imported
+from .session import Session
+from .torch_support import fingerprint_id
+
+
+def install(session: Session) -> None:
+    when_imported("tensorflow", lambda tf: _on_tensorflow(session, tf))
+    when_imported("keras", lambda keras: _Keras(session, keras))
+
+
+def _on_tensorflow(session: Session, tf) -> None:
+    if session.framework == "unknown":
+        session.framework = "tensorflow"
+        session.framework_version = getattr(tf, "__version__", None)
+    cfg = session.config
+    if cfg.threads:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(cfg.threads)
+            inter = int(os.environ.get("TF_NUM_INTEROP_THREADS", "0") or 0)
+            if inter:
+                tf.config.threading.set_inter_op_parallelism_threads(inter)
+            session.applied_knob("threads", f"tf.config.threading intra={cfg.threads}"
+                                 + (f" inter={inter}" if inter else ""))
+        except RuntimeError as exc:  # TensorFlow was initialised already
+            session.refuse("threads", str(exc)[:200])
+    if cfg.compiler == "xla" and os.environ.get("TF_XLA_FLAGS"):
+        session.applied_knob("compiler", f"TF_XLA_FLAGS={os.environ['TF_XLA_FLAGS']}")
+
+    def finish():
+        session.effect.setdefault(
+            "threads", tf.config.threading.get_intra_op_parallelism_threads() or "default")
+    session.finishers.append(finish)
+
+
+class _Keras:
+    def __init__(self, session: Session, keras):
+        self.s, self.keras = session, keras
+        session.framework = "keras"
+        session.framework_version = keras.__version__
+        session.effect["keras_backend"] = keras.backend.backend()
+        cfg = session.config
+        self.models: list = []
+        if cfg.precision != "fp32":
+            policy = "mixed_bfloat16" if cfg.precision == "bf16" else "mixed_float16"
+            keras.mixed_precision.set_global_policy(policy)
+            session.applied_knob("precision", f"keras.mixed_precision.set_global_policy({policy!r})")
+        if cfg.compiler.startswith("torch.compile"):
+            session.refuse("compiler", "torch.compile does not apply to a Keras model")
+        if cfg.channels_last:
+            session.refuse("channels_last", "Keras layers choose their own data format")
+        self._patch()
+        session.finishers.append(self.finish)
+
+    def _patch(self) -> None:
+        keras, me = self.keras, self
+        Model = keras.Model
+        compile_, fit, train_on_batch = Model.compile, Model.fit, Model.train_on_batch
+
+        def compile(model, *args, **kwargs):
+            if me.s.config.compiler == "xla":
+                kwargs["jit_compile"] = True
+                me.s.applied_knob("compiler", "Model.compile(jit_compile=True)")
+            return compile_(model, *args, **kwargs)
+
+        def fit_with_clock(model, *args, **kwargs):
+            callbacks = list(kwargs.get("callbacks") or [])
+            callbacks.append(me.callback(model, args, kwargs))
+            kwargs["callbacks"] = callbacks
+            return fit(model, *args, **kwargs)
+
+        def timed_train_on_batch(model, x=None, *args, **kwargs):
+            me.began(model, x, None)
+            out = train_on_batch(model, x, *args, **kwargs)
+            value = out[0] if isinstance(out, (list, tuple)) else out
+            if isinstance(out, dict):
+                value = out.get("loss")
+            if value is not None:
+                me.s.loss(float(value))
+            me.s.step_done()
+            return out
+
+        Model.compile, Model.fit, Model.train_on_batch = compile, fit_with_clock, \
+            timed_train_on_batch
+
+    def began(self, model, x, batch_size: Optional[int]) -> None:
+        if model in self.models:
+            return
+        self.models.append(model)
+        self.s.training_started()
+        fp = self.s.fingerprint
+        if fp.id is not None:
+            return
+        if batch_size is None:
+            shape = getattr(x, "shape", None)
+            batch_size = int(shape[0]) if shape is not None and len(shape) else None
+        fp.batch_size = batch_size
+        fp.trainable_parameters = int(sum(math.prod(w.shape) for w in model.trainable_weights))
+        fp.dtype = str(model.dtype_policy.variable_dtype)
+        try:
+            fp.input_shape = [int(d) for d in model.inputs[0].shape[1:]]
+        except Exception:
+            pass
+        per_sample, shares = keras_flops(model)
+        if per_sample and batch_size:
+            fp.flops_per_step = 3.0 * per_sample * batch_size
+            fp.flop_share = shares
+            fp.method = "analytic from the Keras layers' shapes (step = 3 x forward)"
+        fp.id = fingerprint_id("keras", fp)
+
+    def callback(self, model, args, kwargs):
+        me = self
+
+        class Clock(self.keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):
+                x = args[0] if args else kwargs.get("x")
+                batch = kwargs.get("batch_size")
+                if batch is None and getattr(x, "shape", None) is not None:
+                    batch = min(32, int(x.shape[0]))  # Keras' default batch size
+                me.began(model, None, batch)
+
+            def on_train_batch_end(self, batch, logs=None):
+                loss = (logs or {}).get("loss")
+                if loss is not None and me.s.loss_due():
+                    me.s.loss(float(loss))
+                me.s.step_done()
+
+        return Clock()
+
+    def finish(self) -> None:
+        s = self.s
+        for model in self.models[:1]:
+            jit = getattr(model, "jit_compile", None)
+            s.effect["compiled"] = bool(jit)
+            policy = getattr(model, "dtype_policy", None)
+            s.effect["compute_dtype"] = str(getattr(policy, "compute_dtype", None))
+            s.effect["matmul_dtype"] = s.effect["compute_dtype"]
+            if s.config.compiler == "xla" and not jit:
+                s.applied.pop("compiler", None)
+                s.refuse("compiler", "Keras turned jit_compile off for this model")
+
+
+def _dims(shape) -> list[int]:
+    return [int(d) if d is not None else 1 for d in shape]
+
+
+def _layers(model) -> list:
+    out = []
+    for layer in getattr(model, "layers", []):
+        if hasattr(layer, "layers") and type(layer).__name__ in ("Functional", "Sequential",
+                                                                 "Model"):
+            out += _layers(layer)
+        else:
+            out.append(layer)
+    return out
+
+
+def layer_flops(layer) -> tuple[Optional[str], float]:
+    """(kind, forward FLOPs per sample) of one built Keras layer."""
+    name = type(layer).__name__
+    try:
+        inp = _dims(layer.input.shape)[1:]
+        out = _dims(layer.output.shape)[1:]
+    except Exception:
+        return None, 0.0
+    spatial = math.prod(out[:-1]) if len(out) > 1 else 1
+    if name in ("Dense", "EinsumDense"):
+        return "linear", 2.0 * inp[-1] * out[-1] * spatial
+    if name.startswith("DepthwiseConv"):
+        k = math.prod(layer.kernel_size)
+        return "conv", 2.0 * k * inp[-1] * layer.depth_multiplier * spatial
+    if name.startswith("SeparableConv"):
+        k = math.prod(layer.kernel_size)
+        return "conv", 2.0 * spatial * (k * inp[-1] * layer.depth_multiplier
+                                         + inp[-1] * layer.depth_multiplier * out[-1])
+    if name.startswith("Conv"):
+        k = math.prod(layer.kernel_size)
+        groups = getattr(layer, "groups", 1) or 1
+        return "conv", 2.0 * k * inp[-1] / groups * out[-1] * spatial
+    if name in ("LSTM", "GRU", "SimpleRNN"):
+        gates = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}[name]
+        steps = inp[0] if len(inp) > 1 else 1
+        return "recurrent", 2.0 * gates * (inp[-1] + layer.units) * layer.units * steps
+    if name == "MultiHeadAttention":
+        t = math.prod(inp[:-1])
+        width = layer.num_heads * layer.key_dim
+        return "attention", 2.0 * t * inp[-1] * width * 4 + 4.0 * t * t * width
+    if "Normalization" in name:
+        return "norm", 4.0 * math.prod(out)
+    return None, 0.0
+
+
+def keras_flops(model) -> tuple[float, dict[str, float]]:
+    from .record import FLOP_KINDS
+    per_kind: dict[str, float] = {k: 0.0 for k in FLOP_KINDS}
+    for layer in _layers(model):
+        kind, flops = layer_flops(layer)
+        if kind:
+            per_kind[kind] += flops
+    total = sum(per_kind.values())
+    return total, {k: (v / total if total else 0.0) for k, v in per_kind.items()}

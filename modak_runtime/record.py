@@ -1,0 +1,168 @@
+"""The figure-of-merit record: one typed, versioned declaration.
+
+The runtime writes it (one JSON line, ``{"modak": "fom", "schema": 2, ...}``); the results
+store (``modak_lib.results``) derives its columns from :data:`STORE_COLUMNS`; the
+performance model reads those columns.  No other file lists these fields.
+
+A record says what was asked (``config``), what happened (``status``, ``effect``,
+``knobs``), how fast (``metrics``), what the workload is (``fingerprint``) and where it ran
+(``host``).  Status ``ok`` is a complete run, ``capped`` a run stopped by the trial cap
+(``MODAK_MAX_STEPS``, complete as a measurement), ``failed`` a run that raised or exited
+non-zero (``error`` says why, and which knob it is blamed on, if any).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+SCHEMA = 2
+FOM_KEY = "fom"
+FLOP_KINDS = ("conv", "linear", "attention", "recurrent", "norm", "other")
+STATUSES = ("ok", "capped", "failed")
+
+
+@dataclass
+class Config:
+    """The configuration that was asked for, in the planner's words."""
+    compiler: str = "off"           # off | torch.compile:MODE | xla
+    threads: Optional[int] = None
+    allocator: str = "glibc"
+    precision: str = "fp32"
+    channels_last: bool = False
+    onednn: bool = True
+
+
+@dataclass
+class Fingerprint:
+    """What the workload is, measured on one training step."""
+    id: Optional[str] = None
+    trainable_parameters: Optional[int] = None
+    flops_per_step: Optional[float] = None   # forward + backward, counted on one step
+    flop_share: dict[str, float] = field(default_factory=dict)  # FLOP_KINDS -> share (forward)
+    batch_size: Optional[int] = None
+    input_shape: Optional[list[int]] = None
+    dtype: Optional[str] = None
+    method: Optional[str] = None             # how the FLOPs were counted
+
+
+@dataclass
+class Metrics:
+    steps: int = 0
+    warmup_steps: int = 0
+    timed_steps: int = 0
+    s_per_step: Optional[float] = None       # mean of the steady-state steps
+    s_per_step_median: Optional[float] = None
+    steps_per_s: Optional[float] = None
+    samples_per_s: Optional[float] = None
+    warmup_s: Optional[float] = None         # excess time of the warm-up steps (compilation)
+    startup_s: Optional[float] = None        # runtime start -> training starts (imports, data)
+    wall_s: Optional[float] = None
+    peak_rss_mb: Optional[float] = None
+    final_loss: Optional[float] = None
+    losses: list[list[float]] = field(default_factory=list)  # [step, loss], sampled
+    accuracy: Optional[float] = None
+
+
+@dataclass
+class Record:
+    workload: str
+    framework: str
+    status: str = "ok"
+    workload_key: Optional[str] = None
+    framework_version: Optional[str] = None
+    script: Optional[str] = None
+    run_id: Optional[str] = None
+    config: Config = field(default_factory=Config)
+    # knob -> how it was applied / why it could not be
+    applied: dict[str, str] = field(default_factory=dict)
+    not_applied: dict[str, str] = field(default_factory=dict)
+    # what was really in effect: autocast dtype seen by the matmuls, compiled, threads, ...
+    effect: dict[str, Any] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
+    fingerprint: Fingerprint = field(default_factory=Fingerprint)
+    host: dict[str, Any] = field(default_factory=dict)
+    error: Optional[dict[str, str]] = None   # {type, message, knob}
+
+    def to_json(self) -> str:
+        return json.dumps({"modak": FOM_KEY, "schema": SCHEMA, **asdict(self)},
+                          sort_keys=True, default=str)
+
+
+def emit(record: Record, stream=None) -> None:
+    stream = stream or sys.stdout
+    stream.write("\n" + record.to_json() + "\n")
+    stream.flush()
+
+
+# ---------------------------------------------------------------------------
+# the store's columns: name -> (SQLite type, where the value is in a record)
+# A path of None is a column the recorder fills (where and when it was recorded).
+STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
+    "recorded_at": ("TEXT NOT NULL", None), "source": ("TEXT NOT NULL", None),
+    "run_id": ("TEXT", None), "repeat": ("INTEGER", None),
+    "workload": ("TEXT NOT NULL", "workload"), "workload_key": ("TEXT", "workload_key"),
+    "fingerprint": ("TEXT", "fingerprint.id"),
+    "framework": ("TEXT NOT NULL", "framework"),
+    "framework_version": ("TEXT", "framework_version"),
+    "trainable_parameters": ("INTEGER", "fingerprint.trainable_parameters"),
+    "flops_per_step": ("REAL", "fingerprint.flops_per_step"),
+    **{f"flops_{k}": ("REAL", f"fingerprint.flop_share.{k}") for k in FLOP_KINDS},
+    "batch_size": ("INTEGER", "fingerprint.batch_size"),
+    "input_shape": ("TEXT", "fingerprint.input_shape"),
+    "image_size": ("INTEGER", None),
+    "compiler": ("TEXT NOT NULL", "config.compiler"), "threads": ("INTEGER", "config.threads"),
+    "allocator": ("TEXT NOT NULL", "config.allocator"),
+    "precision": ("TEXT NOT NULL", "config.precision"),
+    "channels_last": ("INTEGER NOT NULL", "config.channels_last"),
+    "onednn": ("INTEGER NOT NULL", "config.onednn"),
+    "status": ("TEXT NOT NULL", "status"), "not_applied": ("TEXT", "not_applied"),
+    "failed_knob": ("TEXT", "error.knob"), "error": ("TEXT", "error.message"),
+    "image": ("TEXT", None), "target": ("TEXT", None), "cpu_model": ("TEXT", "host.cpu_model"),
+    "microarchitecture": ("TEXT", "host.microarchitecture"), "cores": ("INTEGER", "host.cores"),
+    "accelerator": ("TEXT", None), "steps": ("INTEGER", "metrics.timed_steps"),
+    "s_per_step": ("REAL", "metrics.s_per_step"), "steps_per_s": ("REAL", "metrics.steps_per_s"),
+    "samples_per_s": ("REAL", "metrics.samples_per_s"), "compile_s": ("REAL", "metrics.warmup_s"),
+    "peak_rss_mb": ("REAL", "metrics.peak_rss_mb"), "final_loss": ("REAL", "metrics.final_loss"),
+    "accuracy": ("REAL", "metrics.accuracy"), "raw": ("TEXT NOT NULL", None),
+}
+
+
+def _get(rec: dict[str, Any], path: str) -> Any:
+    value: Any = rec
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    if isinstance(value, dict):  # not_applied: the knob names
+        return ",".join(sorted(value)) or None
+    if isinstance(value, list):
+        return json.dumps(value)
+    if isinstance(value, bool):
+        return int(value)
+    return value
+
+
+def flatten(rec: dict[str, Any]) -> dict[str, Any]:
+    """A record (as parsed JSON) -> the store's columns that come from it."""
+    if rec.get("schema") != SCHEMA:
+        raise ValueError(f"figure-of-merit schema {rec.get('schema')!r}, this MODAK reads {SCHEMA}")
+    if rec.get("status") not in STATUSES:
+        raise ValueError(f"status {rec.get('status')!r} is not one of {STATUSES}")
+    return {name: _get(rec, path) for name, (_, path) in STORE_COLUMNS.items() if path}
+
+
+def parse_lines(text: str) -> list[dict[str, Any]]:
+    """The figure-of-merit records in a job's output, in order."""
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and '"modak"' in line:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and rec.get("modak") == FOM_KEY:
+                out.append(rec)
+    return out

@@ -1,0 +1,209 @@
+"""One measured run: the knobs asked for, the step clock, the losses, what was in effect."""
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import statistics
+import time
+from typing import Any, Optional
+
+from .record import Config, Fingerprint, Metrics, Record
+
+MAX_LOSS_POINTS = 200   # the loss trajectory is thinned to at most this many points
+RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile",
+                  "sve", "bf16")
+ALLOCATOR_LIBS = {"tcmalloc": "libtcmalloc", "jemalloc": "libjemalloc"}
+
+
+class StopTrial(BaseException):
+    """Raised from a step hook when the trial cap is reached (not an Exception: scripts'
+    ``except Exception`` blocks must not swallow it)."""
+
+
+def _env(name: str) -> Optional[str]:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def _int_env(name: str) -> Optional[int]:
+    value = _env(name)
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise SystemExit(f"modak_runtime: {name}={value!r} is not a whole number") from None
+    if number < 1:
+        raise SystemExit(f"modak_runtime: {name}={value!r} must be at least 1")
+    return number
+
+
+def knobs_from_env() -> Config:
+    """The configuration the plan asked for, from the variables the job script exports."""
+    compiler = "off"
+    mode = _env("MODAK_TORCH_COMPILE")
+    if mode and mode != "off":
+        compiler = f"torch.compile:{mode}"
+    elif _env("MODAK_JIT_COMPILE") == "1":
+        compiler = "xla"
+    precision = _env("MODAK_PRECISION") or "fp32"
+    if precision not in ("fp32", "bf16", "fp16"):
+        raise SystemExit(f"modak_runtime: MODAK_PRECISION={precision!r}: use fp32, bf16 or fp16")
+    return Config(compiler=compiler, threads=_int_env("MODAK_THREADS"),
+                  allocator=_env("MODAK_ALLOCATOR") or "glibc", precision=precision,
+                  channels_last=_env("MODAK_CHANNELS_LAST") == "1",
+                  onednn=(_env("MODAK_ONEDNN") or "on") != "off")
+
+
+def loaded_allocator() -> str:
+    """The allocator library really mapped into this process."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as f:
+            maps = f.read()
+    except OSError:
+        return "unknown"
+    for name, lib in ALLOCATOR_LIBS.items():
+        if lib in maps:
+            return name
+    return "glibc"
+
+
+def host_facts() -> dict[str, Any]:
+    facts: dict[str, Any] = {"hostname": platform.node(), "machine": platform.machine(),
+                             "python": platform.python_version(), "cpu_model": "unknown",
+                             "cpu_features": []}
+    try:
+        facts["cores"] = len(os.sched_getaffinity(0))
+    except AttributeError:
+        facts["cores"] = os.cpu_count()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name") and facts["cpu_model"] == "unknown":
+                    facts["cpu_model"] = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")) and not facts["cpu_features"]:
+                    facts["cpu_features"] = sorted(set(line.split(":", 1)[1].split())
+                                                   & set(RELEVANT_FLAGS))
+    except OSError:
+        pass
+    facts["microarchitecture"] = _env("MODAK_MICROARCHITECTURE")
+    if facts["microarchitecture"] is None:
+        try:
+            import archspec.cpu  # optional inside images
+            facts["microarchitecture"] = archspec.cpu.host().name
+        except Exception:
+            pass
+    return facts
+
+
+class Session:
+    """Collects the measurements of one run; frameworks' hooks call into it."""
+
+    def __init__(self, config: Config, script: str):
+        self.config = config
+        self.script = script
+        self.t_start = time.perf_counter()
+        self.t_train: Optional[float] = None   # when training began (optimizer or fit)
+        self.step_ends: list[float] = []
+        self.losses: list[list[float]] = []
+        self.loss_stride = 1
+        self.last_loss: Optional[float] = None
+        self.max_steps = _int_env("MODAK_MAX_STEPS")
+        self.warmup = _int_env("MODAK_WARMUP_STEPS")
+        self.framework = "unknown"
+        self.framework_version: Optional[str] = None
+        self.applied: dict[str, str] = {}
+        self.not_applied: dict[str, str] = {}
+        self.effect: dict[str, Any] = {}
+        self.fingerprint = Fingerprint()
+        self.accuracy: Optional[float] = None
+        self.finishers: list = []   # callables run before the record is made
+        self.status = "ok"
+
+    # -- knobs ---------------------------------------------------------------------
+    def applied_knob(self, knob: str, how: str) -> None:
+        self.applied[knob] = how
+        self.not_applied.pop(knob, None)
+
+    def refuse(self, knob: str, why: str) -> None:
+        if knob not in self.applied:
+            self.not_applied[knob] = why
+
+    # -- the clock -----------------------------------------------------------------
+    def training_started(self) -> None:
+        if self.t_train is None:
+            self.t_train = time.perf_counter()
+
+    def step_done(self) -> None:
+        self.step_ends.append(time.perf_counter())
+        if self.t_train is None:
+            self.t_train = self.t_start
+        if self.max_steps is not None and len(self.step_ends) >= self.max_steps:
+            raise StopTrial()
+
+    def loss_due(self) -> bool:
+        """Whether the loss of the step under way is sampled (read it only then)."""
+        return (len(self.step_ends) + 1) % self.loss_stride == 0
+
+    def loss(self, value: float, step: Optional[int] = None) -> None:
+        """A loss of step ``step`` (default: the step under way); sampled."""
+        n = len(self.step_ends) + 1 if step is None else step
+        self.last_loss = value
+        if n % self.loss_stride:
+            return
+        if self.losses and self.losses[-1][0] == n:
+            self.losses[-1][1] = value
+            return
+        self.losses.append([n, value])
+        if len(self.losses) > MAX_LOSS_POINTS:  # keep every other point, sample half as often
+            self.losses = self.losses[1::2] if self.losses[0][0] % 2 else self.losses[::2]
+            self.loss_stride *= 2
+
+    # -- the record ------------------------------------------------------------------
+    def metrics(self) -> Metrics:
+        ends = self.step_ends
+        m = Metrics(steps=len(ends), wall_s=time.perf_counter() - self.t_start,
+                    peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                    final_loss=self.last_loss, losses=self.losses, accuracy=self.accuracy)
+        if self.t_train is not None:
+            m.startup_s = self.t_train - self.t_start
+        if len(ends) < 2:
+            return m
+        warm = self.warmup
+        if warm is None:  # compilers need more than one step to settle
+            warm = 3 if self.config.compiler != "off" else 2
+        # a compiler compiles on the second step (the first one is measured eagerly for
+        # the fingerprint): its warm-up must take in at least two steps
+        warm = max(1, min(warm, len(ends) - 1))
+        intervals = [b - a for a, b in zip(ends[warm - 1:], ends[warm:])]
+        s = (ends[-1] - ends[warm - 1]) / len(intervals)
+        m.warmup_steps, m.timed_steps = warm, len(intervals)
+        m.s_per_step, m.steps_per_s = s, 1.0 / s
+        m.s_per_step_median = statistics.median(intervals)
+        if self.fingerprint.batch_size:
+            m.samples_per_s = self.fingerprint.batch_size / s
+        m.warmup_s = max(0.0, (ends[warm - 1] - (self.t_train or self.t_start)) - warm * s)
+        return m
+
+    def record(self, status: str, error: Optional[dict[str, str]] = None) -> Record:
+        self.status = status
+        for finish in self.finishers:
+            try:
+                finish()
+            except Exception as exc:  # a broken probe must not hide the run's figures
+                self.effect.setdefault("probe_errors", []).append(repr(exc)[:200])
+        self.effect["allocator"] = loaded_allocator()
+        if self.config.allocator != "glibc":
+            if self.effect["allocator"] == self.config.allocator:
+                self.applied_knob("allocator", f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}")
+            else:
+                self.refuse("allocator", f"{self.config.allocator} is not loaded "
+                            f"(LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r})")
+        return Record(workload=_env("MODAK_WORKLOAD") or os.path.basename(self.script),
+                      workload_key=_env("MODAK_WORKLOAD_KEY"), framework=self.framework,
+                      framework_version=self.framework_version, script=self.script,
+                      run_id=_env("MODAK_RUN_ID"), status=status, config=self.config,
+                      applied=self.applied, not_applied=self.not_applied, effect=self.effect,
+                      metrics=self.metrics(), fingerprint=self.fingerprint, host=host_facts(),
+                      error=error)

@@ -1,0 +1,414 @@
+"""PyTorch: apply the plan's knobs to the modules a script trains, time its optimizer steps.
+
+Nothing here changes the script's text.  When the script imports torch, the runtime:
+
+* sets the intra-/inter-op threads and oneDNN as asked;
+* wraps ``torch.optim.Optimizer.__init__``: the first optimizer created names the trained
+  parameters, hence the trained module(s) (the outermost modules whose parameters it owns);
+  on them it applies bf16 autocast (``forward`` under ``torch.autocast``), channels-last,
+  and, after the first step, ``torch.compile`` in place (the script's own reference to its
+  model then runs compiled);
+* times each step of that optimizer with the global step post-hook, and reads the loss
+  (the scalar ``torch.autograd.backward`` is called on);
+* counts the first step's FLOPs with a dispatch mode (forward and backward), and the share
+  of the forward FLOPs by the kind of module they ran in: the workload's fingerprint.
+
+Scripts that use HF Accelerate or Lightning get those libraries' own settings
+(``ACCELERATE_MIXED_PRECISION``, ``ACCELERATE_DYNAMO_*``, ``PL_TRAINER_PRECISION``) instead.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import sys
+import warnings
+from collections import defaultdict
+from typing import Any, Optional
+
+from .hooks import when_imported
+from .session import Session
+
+CONVENTIONS = {"accelerate": "accelerate", "lightning": "lightning",
+               "pytorch_lightning": "lightning"}
+MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution"}
+
+
+def install(session: Session) -> None:
+    set_convention_environment(session)
+    when_imported("torch", lambda torch: _Torch(session, torch))
+
+
+def set_convention_environment(session: Session) -> None:
+    """Launcher libraries' own variables (only read by them; the user's values win)."""
+    cfg = session.config
+    env = {}
+    if cfg.precision in ("bf16", "fp16"):
+        env["ACCELERATE_MIXED_PRECISION"] = cfg.precision
+        env["PL_TRAINER_PRECISION"] = f"{cfg.precision}-mixed"
+    if cfg.compiler.startswith("torch.compile"):
+        env["ACCELERATE_DYNAMO_BACKEND"] = "inductor"
+        env["ACCELERATE_DYNAMO_MODE"] = cfg.compiler.partition(":")[2] or "default"
+    if cfg.threads:
+        env["OMP_NUM_THREADS"] = str(cfg.threads)  # Accelerate sets 1 when it is unset
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+
+
+def module_kind(module: Any) -> Optional[str]:
+    name = type(module).__name__
+    if name.startswith(("Conv", "LazyConv")):
+        return "conv"
+    if "Attention" in name:
+        return "attention"
+    if name in ("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"):
+        return "recurrent"
+    if "Norm" in name:
+        return "norm"
+    if name in ("Linear", "LazyLinear", "Bilinear", "NonDynamicallyQuantizableLinear"):
+        return "linear"
+    return None
+
+
+def _is_module(obj: Any, cls: type) -> bool:
+    try:
+        return isinstance(obj, cls)
+    except Exception:  # proxies that fail on __class__
+        return False
+
+
+class _Torch:
+    def __init__(self, session: Session, torch):
+        self.s, self.torch = session, torch
+        session.framework = "pytorch"
+        session.framework_version = torch.__version__
+        cfg = session.config
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+            session.applied_knob("threads", f"torch.set_num_threads({cfg.threads})")
+        interop = os.environ.get("MODAK_INTEROP_THREADS", "").strip()
+        if interop.isdigit() and int(interop) > 0:
+            try:
+                torch.set_num_interop_threads(int(interop))
+            except RuntimeError as exc:  # too late: inter-op work already started
+                session.refuse("interop_threads", str(exc)[:200])
+        if not cfg.onednn:
+            torch.backends.mkldnn.enabled = False
+            session.applied_knob("onednn", "torch.backends.mkldnn.enabled = False")
+        if cfg.compiler == "xla":
+            session.refuse("compiler", "XLA is not a PyTorch compiler")
+        self.primary = None
+        self.pending_loss = None
+        self.counter = None
+        self.roots: list = []
+        self.compile_mode: Optional[str] = None
+        self.convention: Optional[str] = None
+        self._patch()
+        session.finishers.append(self.finish)
+
+    # -- patches ------------------------------------------------------------------
+    def _patch(self) -> None:
+        torch, me = self.torch, self
+        optim_module = sys.modules["torch.optim.optimizer"]  # torch.optim deletes the attribute
+        original_init = torch.optim.Optimizer.__init__
+
+        def init(opt, *args, **kwargs):
+            original_init(opt, *args, **kwargs)
+            if me.primary is None:
+                me.primary = opt
+                me.optimizer_created(opt)
+
+        init.__wrapped__ = original_init
+        torch.optim.Optimizer.__init__ = init
+        optim_module.register_optimizer_step_post_hook(
+            lambda opt, args, kwargs: me.after_step(opt))
+        original_backward = torch.autograd.backward
+
+        def backward(tensors, *args, **kwargs):
+            if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+                me.pending_loss = tensors.detach()
+            counter = me.counter
+            if counter is None:
+                return original_backward(tensors, *args, **kwargs)
+            counter.in_backward = True
+            try:
+                return original_backward(tensors, *args, **kwargs)
+            finally:
+                counter.in_backward = False
+
+        backward.__wrapped__ = original_backward
+        torch.autograd.backward = backward
+
+    # -- the trained modules --------------------------------------------------------
+    def trained_modules(self, params: list) -> list:
+        nn = self.torch.nn
+        ids = {id(p) for p in params}
+        owners = []
+        with warnings.catch_warnings():  # isinstance on deprecated lazy objects warns
+            warnings.simplefilter("ignore")
+            modules = [o for o in gc.get_objects() if _is_module(o, nn.Module)]
+        for obj in modules:
+            own = [id(p) for p in obj.parameters()]
+            if own and all(i in ids for i in own):
+                owners.append(obj)
+        inner = {id(sub) for m in owners for sub in m.modules() if sub is not m}
+        return [m for m in owners if id(m) not in inner]
+
+    def optimizer_created(self, opt) -> None:
+        s, torch, cfg = self.s, self.torch, self.s.config
+        s.training_started()
+        params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+        if not params:
+            return
+        fp = s.fingerprint
+        fp.trainable_parameters = int(sum(p.numel() for p in params))
+        fp.dtype = str(params[0].dtype).replace("torch.", "")
+        device = params[0].device.type
+        s.effect["device"] = device
+        self.convention = next((CONVENTIONS[m] for m in CONVENTIONS if m in sys.modules), None)
+        self.roots = self.trained_modules(params)
+        names = ", ".join(sorted({type(m).__name__ for m in self.roots})) or "none"
+        s.effect["trained_modules"] = names
+        if self.convention:
+            s.effect["convention"] = self.convention
+            self._by_convention()
+        elif not self.roots:
+            for knob in ("precision", "compiler", "channels_last"):
+                if self._asked(knob):
+                    s.refuse(knob, "no module owns the optimizer's parameters")
+        else:
+            if cfg.channels_last:
+                self._channels_last()
+            if cfg.precision != "fp32":
+                self._autocast(device)
+            if cfg.compiler.startswith("torch.compile"):
+                self.compile_mode = cfg.compiler.partition(":")[2] or "default"
+        if not (self.convention and cfg.compiler != "off"):
+            self.counter = _FlopCounter(self, torch)
+            self.counter.start()
+
+    def _asked(self, knob: str) -> bool:
+        cfg = self.s.config
+        return {"precision": cfg.precision != "fp32", "compiler": cfg.compiler != "off",
+                "channels_last": cfg.channels_last}[knob]
+
+    def _by_convention(self) -> None:
+        s, cfg, conv = self.s, self.s.config, self.convention
+        if cfg.precision != "fp32":
+            var = "ACCELERATE_MIXED_PRECISION" if conv == "accelerate" else "PL_TRAINER_PRECISION"
+            s.applied_knob("precision", f"{var}={os.environ.get(var)} ({conv})")
+        if cfg.compiler.startswith("torch.compile"):
+            if conv == "accelerate":
+                s.applied_knob("compiler", "ACCELERATE_DYNAMO_BACKEND=inductor, "
+                               f"ACCELERATE_DYNAMO_MODE={os.environ.get('ACCELERATE_DYNAMO_MODE')}")
+            else:
+                s.refuse("compiler", "Lightning has no setting for torch.compile by environment; "
+                         "the runtime does not patch a Lightning script")
+        if cfg.channels_last:
+            s.refuse("channels_last", f"not applied to a {conv} script")
+
+    def _channels_last(self) -> None:
+        torch = self.torch
+        convs = [m for r in self.roots for m in r.modules()
+                 if isinstance(m, (torch.nn.Conv2d,))]
+        if not convs:
+            self.s.refuse("channels_last", "the trained module has no 2-D convolution")
+            return
+        for root in self.roots:
+            root.to(memory_format=torch.channels_last)
+            self._wrap_forward(root, lambda args: tuple(
+                a.contiguous(memory_format=torch.channels_last)
+                if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args), None)
+        self.s.applied_knob("channels_last", "module and 4-D inputs in channels_last")
+
+    def _autocast(self, device: str) -> None:
+        torch, s, prec = self.torch, self.s, self.s.config.precision
+        if prec == "fp16":
+            s.refuse("precision", "fp16 needs a gradient scaler, which the script does not have")
+            return
+        for root in self.roots:
+            self._wrap_forward(root, None, (device, torch.bfloat16))
+        s.applied_knob("precision", f"forward of {s.effect['trained_modules']} under "
+                       f"torch.autocast({device!r}, bfloat16)")
+
+    def _wrap_forward(self, module, convert, autocast) -> None:
+        torch = self.torch
+        inner = module.forward
+
+        def forward(*args, **kwargs):
+            if convert is not None:
+                args = convert(args)
+            if autocast is None:
+                return inner(*args, **kwargs)
+            with torch.autocast(autocast[0], dtype=autocast[1]):
+                return inner(*args, **kwargs)
+
+        module.forward = forward
+
+    # -- steps ------------------------------------------------------------------------
+    def after_step(self, opt) -> None:
+        if opt is not self.primary:
+            return
+        s = self.s
+        if self.pending_loss is not None and s.loss_due():
+            s.loss(float(self.pending_loss))
+        if self.counter is not None:
+            self.counter.stop()
+            self.counter = None
+        if self.compile_mode is not None:
+            mode, self.compile_mode = self.compile_mode, None
+            for root in self.roots:
+                self._compile(root, None if mode == "default" else mode)
+            s.applied_knob("compiler", f"torch.compile(mode={mode!r}) of "
+                           f"{s.effect['trained_modules']} in place, after the first step")
+        s.step_done()
+
+    def _compile(self, root, mode: Optional[str]) -> None:
+        """``Module.compile`` in place, but traced from a wrapper frame as ``torch.compile(m)``
+        does: dynamo skips frames of torch.nn itself, so ``Module.compile`` on a plain
+        ``nn.Sequential`` would compile nothing."""
+        torch = self.torch
+        try:
+            from torch._dynamo.external_utils import wrap_inline
+        except ImportError:  # an older or newer torch: the public method
+            root.compile(mode=mode)
+            return
+        root._compiled_call_impl = torch.compile(wrap_inline(root._call_impl), mode=mode)
+
+    def finish(self) -> None:
+        s, torch = self.s, self.torch
+        if self.counter is not None:
+            self.counter.stop()
+            self.counter = None
+        if self.pending_loss is not None:
+            s.last_loss = float(self.pending_loss)
+        s.effect["threads"] = torch.get_num_threads()
+        s.effect["interop_threads"] = torch.get_num_interop_threads()
+        s.effect["onednn"] = bool(torch.backends.mkldnn.enabled)
+        if s.config.compiler.startswith("torch.compile") and "compiler" in s.applied:
+            try:
+                from torch._dynamo.utils import counters
+                graphs = int(counters["stats"]["unique_graphs"])
+            except Exception:
+                graphs = -1
+            s.effect["compiled"] = graphs > 0
+            s.effect["compiled_graphs"] = graphs
+            if graphs == 0 and s.status != "failed":  # a failed compile stays applied
+                s.applied.pop("compiler", None)
+                s.refuse("compiler", "compiled, but the module never ran after the first step")
+        else:
+            s.effect.setdefault("compiled", False)
+
+
+class _FlopCounter:
+    """Counts one step's FLOPs (torch's own formulas) and where the forward ones ran."""
+
+    def __init__(self, owner: _Torch, torch):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils.flop_counter import flop_registry
+
+        self.owner, self.torch = owner, torch
+        self.registry = dict(flop_registry)
+        self.total = 0.0
+        self.forward: dict[str, float] = defaultdict(float)
+        self.stack: list[str] = []
+        self.in_backward = False
+        self.matmul_dtypes: dict[str, int] = defaultdict(int)
+        self.handles: list = []
+        self.active = False
+        counter = self
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                try:
+                    counter.count(func, args, kwargs, out)
+                except Exception:  # a formula that does not fit: count nothing for it
+                    pass
+                return out
+
+        self.mode = Mode()
+
+    def start(self) -> None:
+        hooks = self.torch.nn.modules.module
+        roots = {id(m) for m in self.owner.roots}
+        fp = self.owner.s.fingerprint
+
+        def pre(module, args):
+            kind = module_kind(module)
+            self.stack.append(kind or "")
+            if id(module) in roots and fp.batch_size is None:
+                first = next((a for a in args if isinstance(a, self.torch.Tensor)), None)
+                if first is not None and first.dim() >= 1:
+                    fp.batch_size = int(first.shape[0])
+                    fp.input_shape = [int(d) for d in first.shape[1:]]
+
+        def post(module, args, output):
+            if self.stack:
+                self.stack.pop()
+
+        self.handles = [hooks.register_module_forward_pre_hook(pre),
+                        hooks.register_module_forward_hook(post)]
+        self.mode.__enter__()
+        self.active = True
+
+    def count(self, func, args, kwargs, out) -> None:
+        packet = func.overloadpacket
+        name = packet.__name__
+        formula = self.registry.get(packet)
+        if formula is not None:
+            flops = float(formula(*args, **kwargs, out_val=out))
+        elif name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
+            q, k = args[0], args[1]  # (batch, heads, L, E), (batch, heads, S, E)
+            flops = 4.0 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.shape[3]
+            if name.endswith("backward"):
+                q, k = args[1], args[2]
+                flops = 8.0 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.shape[3]
+        elif self.stack and self.stack[-1] == "norm":
+            first = out[0] if isinstance(out, (tuple, list)) and out else out
+            if not isinstance(first, self.torch.Tensor):
+                return
+            flops = 4.0 * first.numel()  # normalisation: about 4 FLOPs per element
+        else:
+            return
+        if not flops:
+            return
+        self.total += flops
+        if name in MATMUL_OPS and args and isinstance(args[0], self.torch.Tensor):
+            tensor = args[1] if name == "addmm" else args[0]
+            self.matmul_dtypes[str(tensor.dtype).replace("torch.", "")] += 1
+        if self.in_backward:
+            return
+        kind = next((k for k in reversed(self.stack) if k), None)
+        if kind is None:
+            kind = ("conv" if "conv" in name else "attention" if "attention" in name
+                    else "linear" if name in MATMUL_OPS else "other")
+        self.forward[kind] += flops
+
+    def stop(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        self.mode.__exit__(None, None, None)
+        for h in self.handles:
+            h.remove()
+        s = self.owner.s
+        fp = s.fingerprint
+        fwd = sum(self.forward.values())
+        from .record import FLOP_KINDS
+        fp.flops_per_step = self.total
+        fp.flop_share = {k: (self.forward.get(k, 0.0) / fwd if fwd else 0.0) for k in FLOP_KINDS}
+        fp.method = "torch dispatch: torch.utils.flop_counter formulas, one step"
+        if self.matmul_dtypes:
+            s.effect["matmul_dtype"] = max(self.matmul_dtypes, key=self.matmul_dtypes.get)
+        fp.id = fingerprint_id("pytorch", fp)
+
+
+def fingerprint_id(framework: str, fp) -> str:
+    key = [framework, fp.trainable_parameters,
+           round(fp.flops_per_step) if fp.flops_per_step else None,
+           {k: round(v, 3) for k, v in sorted(fp.flop_share.items())},
+           fp.batch_size, fp.input_shape]
+    return "fp-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:12]

@@ -1,0 +1,266 @@
+"""The runtime on unmodified user scripts (tests/user_scripts/, written as users write them).
+
+Each test runs a script the way a job script does (``python3 -m modak_runtime -- SCRIPT``),
+with the plan's knobs as environment variables, and reads the figure-of-merit record.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from conftest import ROOT, request
+
+from modak_lib import workload
+from modak_lib.results import ResultsStore, load_frame, parse_fom_lines, row_from_fom
+from modak_runtime.record import STORE_COLUMNS, Record, flatten
+
+SCRIPTS = ROOT / "tests" / "user_scripts"
+KNOBS = ("MODAK_THREADS", "MODAK_TORCH_COMPILE", "MODAK_JIT_COMPILE", "MODAK_PRECISION",
+         "MODAK_CHANNELS_LAST", "MODAK_ALLOCATOR", "MODAK_MAX_STEPS", "MODAK_ONEDNN")
+
+
+def need(module: str):
+    try:
+        return __import__(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{module} missing in CI: scripts/setup-venv installs '.[workloads]'")
+        pytest.skip(f"{module} not installed: pip install -e '.[workloads]'")
+
+
+def run(script, *args, env=None, runtime=True, cwd=None, timeout=600):
+    """(return code, stdout without the record, the record or None, stderr)."""
+    full = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    full.update(env or {})
+    cmd = [sys.executable] + (["-m", "modak_runtime", "--"] if runtime else []) + \
+        [str(script), *args]
+    full["PYTHONPATH"] = str(ROOT)  # where modak_runtime lives (a run directory holds it)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full, timeout=timeout,
+                          cwd=cwd or ROOT)
+    recs = parse_fom_lines(proc.stdout)
+    plain = "\n".join(line for line in proc.stdout.splitlines()
+                      if not line.startswith('{"') and line.strip())
+    return proc.returncode, plain, (recs[-1] if recs else None), proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# with every knob at its default, the runtime changes nothing the script computes
+@pytest.mark.parametrize("script, args", [("tiny_lm.py", ["--steps", "20"]),
+                                          ("mlp.py", ["25"])])
+def test_defaults_reproduce_the_plain_scripts_losses_exactly(script, args):
+    need("torch")
+    rc0, plain, none, _ = run(SCRIPTS / script, *args, runtime=False)
+    rc1, wrapped, rec, err = run(SCRIPTS / script, *args)
+    assert rc0 == rc1 == 0, err
+    assert none is None and plain and wrapped == plain  # every printed loss, every digit
+    assert rec["status"] == "ok" and rec["applied"] == {} and rec["not_applied"] == {}
+    assert rec["effect"]["matmul_dtype"] == "float32" and rec["effect"]["compiled"] is False
+    steps = rec["metrics"]["steps"]
+    assert steps == int(args[-1])
+    losses = rec["metrics"]["losses"]
+    assert [s for s, _ in losses] == list(range(1, steps + 1))  # sampled: all, when few
+    if script == "mlp.py":  # it prints every loss: the record read the same scalars
+        printed = [float(line.split()[1]) for line in plain.splitlines()]
+        assert [round(v, 8) for _, v in losses] == printed
+
+
+def test_keras_fit_defaults_reproduce_the_plain_scripts_loss():
+    need("keras")
+    need("tensorflow")
+    env = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    rc0, plain, _, _ = run(SCRIPTS / "keras_fit.py", env=env, runtime=False)
+    rc1, wrapped, rec, err = run(SCRIPTS / "keras_fit.py", env=env)
+    assert rc0 == rc1 == 0, err
+    final = [line for line in plain.splitlines() if line.startswith("final loss")]
+    assert final and final == [line for line in wrapped.splitlines()
+                               if line.startswith("final loss")]
+    assert rec["framework"] == "keras" and rec["metrics"]["steps"] == 16  # 2 epochs x 8
+    assert rec["effect"]["compute_dtype"] == "float32" and rec["effect"]["compiled"] is False
+    fp = rec["fingerprint"]
+    # an independent count: Conv2D(8, 3) on 16x16x1, then Dense 392->32 and 32->2
+    conv = 2 * 9 * 1 * 8 * 14 * 14
+    dense = 2 * 392 * 32 + 2 * 32 * 2
+    assert fp["trainable_parameters"] == (9 * 8 + 8) + (392 * 32 + 32) + (32 * 2 + 2)
+    assert fp["flops_per_step"] == 3 * (conv + dense) * 64 and fp["batch_size"] == 64
+    assert fp["flop_share"]["conv"] == pytest.approx(conv / (conv + dense))
+
+
+# ---------------------------------------------------------------------------
+# knobs in effect, as the record shows them
+def test_bf16_and_compile_are_in_effect_on_a_plain_pytorch_script():
+    need("torch")
+    with tempfile.TemporaryDirectory() as cache:  # a cold compile, as on a fresh machine
+        rc, _, rec, err = run(SCRIPTS / "mlp.py", "8", env={
+            "MODAK_PRECISION": "bf16", "MODAK_TORCH_COMPILE": "default", "MODAK_THREADS": "1",
+            "TORCHINDUCTOR_CACHE_DIR": cache})
+    assert rc == 0, err
+    assert rec["config"] == {"compiler": "torch.compile:default", "threads": 1,
+                             "allocator": "glibc", "precision": "bf16", "channels_last": False,
+                             "onednn": True}
+    effect = rec["effect"]
+    assert effect["matmul_dtype"] == "bfloat16"          # what the matmuls really saw
+    assert effect["compiled"] is True and effect["compiled_graphs"] >= 1
+    assert effect["threads"] == 1 and effect["trained_modules"] == "Sequential"
+    assert set(rec["applied"]) == {"precision", "compiler", "threads"}
+    assert rec["metrics"]["warmup_steps"] >= 2 and rec["metrics"]["warmup_s"] > 0.5
+
+
+def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():
+    need("torch")
+    rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_CHANNELS_LAST": "1",
+                                                        "MODAK_JIT_COMPILE": "1",
+                                                        "MODAK_ALLOCATOR": "tcmalloc"})
+    assert rc == 0, err
+    na = rec["not_applied"]
+    assert "2-D convolution" in na["channels_last"]
+    assert "XLA is not a PyTorch compiler" in na["compiler"]
+    assert "tcmalloc is not loaded" in na["allocator"]  # asked for, but no LD_PRELOAD
+    assert not set(na) & set(rec["applied"])
+
+
+def test_an_allocator_is_checked_in_the_process_maps():
+    need("torch")
+    lib = "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
+    if not os.path.exists(lib) and os.environ.get("CI"):  # the project installs it
+        subprocess.run([str(ROOT / "scripts/frontend"), "install"], check=True, timeout=900)
+    if not os.path.exists(lib):
+        pytest.skip("tcmalloc is not installed: scripts/frontend install (as root)")
+    rc, _, rec, err = run(SCRIPTS / "mlp.py", "3", env={"MODAK_ALLOCATOR": "tcmalloc",
+                                                        "LD_PRELOAD": lib})
+    assert rc == 0, err
+    assert rec["effect"]["allocator"] == "tcmalloc" and "allocator" in rec["applied"]
+
+
+def test_launcher_libraries_get_their_own_settings(tmp_path):
+    """A script that uses HF Accelerate is given ACCELERATE_* instead of being patched
+    (a stand-in 'accelerate' module records what it was given)."""
+    need("torch")
+    (tmp_path / "accelerate.py").write_text(
+        "import os\nSEEN = {k: v for k, v in os.environ.items() if k.startswith(('ACCELERATE',"
+        " 'OMP'))}\n")
+    script = tmp_path / "train.py"
+    script.write_text((SCRIPTS / "mlp.py").read_text().replace(
+        "import torch\n", "import torch\nimport accelerate\nprint('SEEN', sorted("
+        "accelerate.SEEN.items()))\n", 1))
+    rc, out, rec, err = run(script, "3", env={"MODAK_PRECISION": "bf16", "MODAK_THREADS": "2",
+                                              "MODAK_TORCH_COMPILE": "max-autotune"})
+    assert rc == 0, err
+    seen = dict(eval(out.splitlines()[0][5:]))
+    assert seen == {"ACCELERATE_MIXED_PRECISION": "bf16", "ACCELERATE_DYNAMO_BACKEND": "inductor",
+                    "ACCELERATE_DYNAMO_MODE": "max-autotune", "OMP_NUM_THREADS": "2"}
+    assert rec["effect"]["convention"] == "accelerate"
+    assert "ACCELERATE_MIXED_PRECISION=bf16" in rec["applied"]["precision"]
+    # the runtime patched nothing itself; with the library compiling, it counts no FLOPs
+    # (a dispatch mode under a compiled step is not safe), so the fingerprint has none
+    assert rec["fingerprint"]["flops_per_step"] is None
+    assert rec["fingerprint"]["trainable_parameters"] == 2177
+
+
+# ---------------------------------------------------------------------------
+# the fingerprint, against independent counts
+def test_fingerprint_of_the_papers_mnist_cnn_matches_a_count_by_hand():
+    need("torch")
+    rc, _, rec, err = run(ROOT / "workloads/train.py", "--steps", "2", "--warmup", "0")
+    assert rc == 0, err
+    fp = rec["fingerprint"]
+    assert fp["trainable_parameters"] == 1_199_882
+    # forward FLOPs per sample: conv 3x3x1->32 on 26x26, conv 3x3x32->64 on 24x24, dense
+    conv1, conv2 = 2 * 9 * 1 * 32 * 26 * 26, 2 * 9 * 32 * 64 * 24 * 24
+    dense = 2 * 9216 * 128 + 2 * 128 * 10
+    forward = conv1 + conv2 + dense
+    assert forward == 2 * 11_992_448  # the paper's 12.0 M multiply-accumulates
+    backward = conv1 + 2 * conv2 + 2 * dense  # no input gradient for the first layer
+    assert fp["flops_per_step"] == (forward + backward) * 128
+    assert fp["batch_size"] == 128 and fp["input_shape"] == [1, 28, 28]
+    assert fp["flop_share"]["conv"] == pytest.approx((conv1 + conv2) / forward)
+    assert fp["id"].startswith("fp-")
+
+
+def test_fingerprint_of_a_transformer_counts_attention():
+    need("torch")
+    rc, _, rec, err = run(SCRIPTS / "tiny_lm.py", "--steps", "2")
+    assert rc == 0, err
+    share = rec["fingerprint"]["flop_share"]
+    assert share["attention"] > 0.05 and share["linear"] > 0.5 and share["norm"] > 0
+    assert sum(share.values()) == pytest.approx(1.0)
+    # the model's parameters: embedding, positions, 2 blocks, head (dim 64, vocabulary 27)
+    v, d, seq = 27, 64, 64
+    block = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+    assert rec["fingerprint"]["trainable_parameters"] == v * d + seq * d + 2 * block + d * v + v
+
+
+# ---------------------------------------------------------------------------
+# failures, the trial cap, the record as the store reads it
+def test_a_compile_failure_names_the_knob_and_is_never_offered_again(tmp_path):
+    need("torch")
+    no_compiler = tmp_path / "bin"
+    no_compiler.mkdir()
+    app = {"framework": "pytorch", "script": "mlp.py", "arguments": ["6"]}
+    req = request(application=app, optimisation={"compilers": ["torch.compile"],
+                                                 "allow_reduced_precision": True},
+                  target={"microarchitecture": "zen4", "cores_per_node": 2,
+                          "cpu_features": ["avx512_bf16"]})
+    key = workload.key(req.application)
+    base = {"MODAK_WORKLOAD_KEY": key, "MODAK_WORKLOAD": "mlp", "MODAK_THREADS": "2",
+            "MODAK_MICROARCHITECTURE": "zen4"}
+    store = ResultsStore(tmp_path / "store.sqlite")
+    for env in ({}, {"MODAK_PRECISION": "bf16"}, {"MODAK_THREADS": "1"}):
+        rc, _, rec, err = run(SCRIPTS / "mlp.py", "6", env={**base, **env})
+        assert rc == 0, err
+        store.append([row_from_fom(rec, source="deploy", run_id="ok", cores=2)])
+    rc, _, rec, err = run(SCRIPTS / "mlp.py", "6", env={
+        **base, "MODAK_TORCH_COMPILE": "default", "PATH": str(no_compiler),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")})
+    assert rc != 0 and rec["status"] == "failed"
+    assert rec["error"]["knob"] == "compiler" and "compiler" in rec["error"]["message"].lower()
+    assert "the run failed under the knob 'compiler'" in err
+    store.append([row_from_fom(rec, source="deploy", run_id="broken", cores=2)])
+    (failed,) = [r for r in store.rows() if r["status"] == "failed"]
+    assert failed["failed_knob"] == "compiler" and failed["s_per_step"] is None
+
+    from modak_lib import model as m
+    from modak_lib.pipeline import make_plan
+    frame = load_frame(store, include_shipped=True)
+    predictor = m.ModelPredictor(m.fit(frame, estimators=("linear",)), frame)
+    plan = make_plan(req, predictor=predictor, run_id="t").plan
+    offered = [c.configuration for c in plan.candidates]
+    assert offered and all(c.compiler is None or c.precision.value != "fp32" or c.threads != 2
+                           or c.allocator.value != "glibc" for c in offered)
+    assert any("not offered" in n and "under the knob compiler" in n for n in plan.notes), plan.notes
+    assert plan.decided_by == "model"  # three measured configurations of this fingerprint
+
+
+def test_the_trial_cap_stops_the_script_and_records_the_steps():
+    need("torch")
+    rc, out, rec, err = run(SCRIPTS / "mlp.py", "1000", env={"MODAK_MAX_STEPS": "7"})
+    assert rc == 0, err
+    assert rec["status"] == "capped" and rec["metrics"]["steps"] == 7
+    assert len(out.splitlines()) == 6  # the 7th step's print never ran
+
+
+def test_a_script_that_exits_non_zero_keeps_its_status():
+    rc, _, rec, _ = run(SCRIPTS / "mlp.py", "not-a-number")
+    assert rc == 1 and rec["status"] == "failed" and rec["error"]["knob"] is None
+
+
+def test_usage_errors_exit_2():
+    for args in ([], ["--"], ["-m"], ["--bogus"]):
+        proc = subprocess.run([sys.executable, "-m", "modak_runtime", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "usage:" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "modak_runtime", "--", "x.py"], cwd=ROOT,
+                          env=dict(os.environ, MODAK_THREADS="two"), capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode != 0 and "MODAK_THREADS='two' is not a whole number" in proc.stderr
+
+
+def test_the_record_is_the_one_declaration_the_store_reads():
+    rec = json.loads(Record(workload="w", framework="pytorch").to_json())
+    row = flatten(rec)
+    assert set(row) == {c for c, (_, path) in STORE_COLUMNS.items() if path}
+    with pytest.raises(ValueError, match="schema"):
+        flatten({**rec, "schema": 1})
+    from modak_lib.results import COLUMNS
+    assert list(COLUMNS) == list(STORE_COLUMNS)

@@ -86,6 +86,7 @@ class EnvOptions(_M):
     threads: dict[str, dict[str, str]]
     precision: dict[str, dict[str, str]]
     allocator: dict[str, dict[str, str]]
+    allocator_settings: dict[str, dict[str, str]] = {}  # allocator -> its tuning
     keras_backend: dict[str, dict[str, str]]
 
 

@@ -84,10 +84,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .pipeline import make_plan
     from .readers import read_request
 
+    from .readers.appfiles import application_files
+
     request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs),
                            node=args.node)
+    try:
+        app_files = tuple(dest for _, dest in application_files(request))
+    except InputError as exc:  # planning needs no file; a deploy would stop here
+        if request.application.files:
+            raise
+        app_files = ()
+        print(f"modak: warning: {exc}", file=sys.stderr)
     result = make_plan(request, predictor=_predictor(args.model), run_id=args.run_id,
-                       ca_certs=args.ca_certs)
+                       ca_certs=args.ca_certs, app_files=app_files)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

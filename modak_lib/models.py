@@ -134,6 +134,9 @@ class Application(Strict):
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}$",
         description="image the user named (old MODAK 'container_runtime')")
     pip_packages: tuple[PackageSpec, ...] = ()
+    files: tuple[SafePath, ...] = Field(
+        (), description="files or directories, relative to the request file, that the run "
+        "directory receives (default: the script's directory)")
 
 
 class Optimisation(Strict):
@@ -251,4 +254,6 @@ class Plan(Strict):
     run_id: str
     autotune: tuple[Configuration, ...] = Field(
         (), description="candidates a short autotuning trial should measure")
+    app_files: tuple[str, ...] = Field(
+        (), description="the user's files the run directory receives (with modak_runtime/)")
     notes: tuple[str, ...] = ()

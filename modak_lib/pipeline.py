@@ -55,6 +55,7 @@ def option_environment(cfg: Configuration, variant: Variant, request: JobRequest
         add(opts.compilers.get(name, {}), mode=mode or "default")
     if cfg.allocator.value != "glibc":
         add(opts.allocator, path=variant.allocators[cfg.allocator], allocator=cfg.allocator.value)
+        env.update(opts.allocator_settings.get(cfg.allocator.value, {}))
     add(opts.precision, precision=cfg.precision.value)
     if request.application.keras_backend:
         add(opts.keras_backend, backend=request.application.keras_backend)
@@ -88,7 +89,11 @@ def default_run_id(script_without_id: str) -> str:
 def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
               run_id: Optional[str] = None, ca_certs: bool = False,
               catalogue: Optional[Catalogue] = None,
-              force: Optional[Configuration] = None) -> PlanResult:
+              force: Optional[Configuration] = None,
+              app_files: tuple[str, ...] = (), app_digest: str = "") -> PlanResult:
+    """Decide and render; ``app_files`` (read by ``readers.appfiles``) are recorded in the
+    plan as what the run directory receives, and their digest in the job script (so that
+    an edited script is a new run)."""
     cat = catalogue or load_catalogue()
     decision = decide(request, predictor, cat, force=force)
     cfg, res = decision.chosen, decision.resources
@@ -143,7 +148,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
         return render_job_script(
             directives=scheduler.directives(request.job, res), exports=runtime.exports(env),
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
-            decided_by=decision.decided_by, run_id=rid,
+            decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
             workdir_cd=target.scheduler == Scheduler.pbs)
 
     # the default run id is the script's own hash: the same script is the same run (never
@@ -166,6 +171,6 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                 environment=env, job_script=JOB_SCRIPT,
                 submit_command=tuple(scheduler.submit_command(JOB_SCRIPT, res)),
                 target=target, notes=decision.notes, run_id=run_id,
-                autotune=decision.autotune)
+                autotune=decision.autotune, app_files=tuple(app_files))
     files["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
     return PlanResult(plan=plan, files=files, decision=decision)

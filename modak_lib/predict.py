@@ -208,17 +208,23 @@ class FastPredictor:
                 and m["microarchitecture"] == target.microarchitecture
                 and float(m["cores"]) == float(target.cores_per_node)]
         distinct = {tuple(str(m[k]) for k in MATCH_KEYS) for m in same}
-        if len(distinct) < MIN_CONFIGS:
+        cold = len(distinct) < MIN_CONFIGS
+        if cold:
             self.notes.append(
                 f"cold start: {len(distinct)} measured configuration(s) of {name} "
                 f"(fingerprint {fp}) on {target.microarchitecture} with "
-                f"{target.cores_per_node} cores (the model needs {MIN_CONFIGS}); prior used")
-            return [None] * len(configs)
+                f"{target.cores_per_node} cores (the model needs {MIN_CONFIGS}): "
+                + ("measured ones are predicted by their measurements, the others not "
+                   "(an autotuning trial measures them)" if distinct else "prior used"))
+            if not distinct:
+                return [None] * len(configs)
         out: list[Optional[Prediction]] = []
         for row in candidate_rows(request, configs, workload=w):
             key = tuple(str(row[k]) for k in MATCH_KEYS)
             hit = [m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key]
-            if hit:
+            if cold and not hit:
+                out.append(None)
+            elif hit:
                 m = hit[0]
                 out.append(Prediction(seconds=m["median"], low=m["min"], high=m["max"],
                                       source=f"measured median of {m['n']} run(s)"))

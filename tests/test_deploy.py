@@ -28,7 +28,10 @@ def deploy(tmp_path, frontend):
     store = tmp_path / "results.sqlite"
 
     def run(playbook="deploy.yml", env=None, request=QUICK, inputs=None, **extra):
+        # the quick blueprint runs MODAK's reference script: name its folder explicitly
+        files = [str(ROOT / "workloads")] if request == QUICK else []
         variables = {"modak_request": str(request), "modak_work_dir": work,
+                     "modak_job_files": files,
                      "modak_plan_dir": str(tmp_path / "plans"),
                      "modak_results_dir": str(tmp_path / "results"),
                      "modak_inputs": inputs or {}, "modak_job_timeout": 600,
@@ -71,7 +74,8 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     assert re.search(r"job \d+ COMPLETED \(exit code 0\)", first.stdout)
     assert _task(first.stdout, "Submit the job (once per run)") == "changed"
     rows = deploy.store.rows()
-    assert len(rows) == 1 and rows[0]["source"] == "deploy" and rows[0]["steps"] == 20
+    # 3 warm-up steps of the script and its 20 (the runtime counts every optimizer step)
+    assert len(rows) == 1 and rows[0]["source"] == "deploy" and rows[0]["steps"] == 23
     assert rows[0]["image"] == "pytorch-2.13.0-cpu" and rows[0]["s_per_step"] > 0
 
     second = deploy()
@@ -112,7 +116,9 @@ def test_a_failing_job_ends_the_playbook_with_its_state_and_logs(deploy):
     assert re.search(r"job \d+ of run \S+ ended FAILED \(exit code 1\)", proc.stdout)
     out = next((deploy.tmp / "results").glob("*/mnist-fails.out")).read_text()
     assert "FileNotFoundError" in out  # the log came back
-    assert deploy.store.count() == 0  # a failed run records no figure
+    (row,) = deploy.store.rows()  # the failure is kept, blamed on no knob (the script's own)
+    assert row["status"] == "failed" and row["failed_knob"] is None
+    assert "nonexistent" in row["error"] and row["s_per_step"] is None
 
 
 def test_a_job_over_its_wall_time_ends_timeout(deploy):
@@ -141,6 +147,7 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
     if not shutil.which("ansible-playbook"):
         pytest.skip("needs ansible-core: scripts/setup-venv installs it")
     variables = {"modak_request": str(QUICK), "modak_inputs": {"steps": "5"},
+                 "modak_job_files": [str(ROOT / "workloads")],
                  "modak_work_dir": str(tmp_path / "runs"),
                  "modak_plan_dir": str(tmp_path / "plans"),
                  "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1}
@@ -161,5 +168,102 @@ def test_autotuning_trials_go_through_the_job_path_into_the_store(deploy):
     assert re.search(r"after 2 trials: planned \S+: pytorch-2.13.0-cpu", proc.stdout)
     rows = deploy.store.rows()
     assert [r["source"] for r in rows] == ["autotune", "autotune"]
-    assert all(r["steps"] == 30 for r in rows)  # short trials
+    assert all(r["steps"] == 33 for r in rows)  # short trials (3 warm-up steps and 30)
     assert len({(r["allocator"], r["threads"]) for r in rows}) == 2  # two candidates
+
+
+# ---------------------------------------------------------------------------
+# the user's own script, from a request outside this repository
+USER_REQUEST = {"job": {
+    "job_options": {"job_name": "user-lm", "wall_time_limit": "00:20:00"},
+    "application": {"executable": "python3 train.py", "arguments": "--steps 12 --layers 1"},
+    "target": {"job_scheduler_type": "none"},
+    "optimisation": {"enable_opt_build": True, "app_type": "ai_training",
+                     "app_type-ai_training": {
+                         "config": {"ai_framework": "pytorch", "allow_reduced_precision": True},
+                         "ai_framework-pytorch": {"version": "2.13", "compile": True}}}}}
+
+
+def user_project(tmp_path, script="tiny_lm.py"):
+    """A user's directory far from this repository: a request and the unmodified script."""
+    proj = tmp_path / "someone" / "project"
+    proj.mkdir(parents=True)
+    (proj / "train.py").write_text((ROOT / "tests/user_scripts" / script).read_text())
+    (proj / "notes.txt").write_text("not a Python module: not shipped by default\n")
+    (proj / "request.json").write_text(json.dumps(USER_REQUEST))
+    return proj / "request.json"
+
+
+def _plan_json(request, env_from, *extra):
+    env = dict(os.environ, MODAK_RESULTS=env_from["MODAK_RESULTS"],
+               MODAK_MODEL=env_from["MODAK_MODEL"])
+    proc = subprocess.run(["modak", "plan", str(request), "--json", *extra], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
+    request = user_project(deploy.tmp)
+    proc = deploy(request=request, modak_infra=str(ROOT / "examples/infra/local-frontend.yaml"))
+    _ok(proc)
+    assert re.search(r"job \d+ COMPLETED \(exit code 0\)", proc.stdout)
+    plan = json.loads(next((deploy.tmp / "plans").glob("*/plan.json")).read_text())
+    assert plan["app_files"] == ["train.py"]  # the script, not its neighbours
+    assert "-m modak_runtime -- train.py --steps 12" in next(
+        (deploy.tmp / "plans").glob("*/job.sh")).read_text()
+    (row,) = deploy.store.rows()
+    assert row["status"] == "ok" and row["steps"] == 12 and row["workload"] == "train"
+    assert row["fingerprint"].startswith("fp-") and row["flops_per_step"] > 0
+    assert row["workload_key"] == plan["environment"]["MODAK_WORKLOAD_KEY"]
+    raw = json.loads(row["raw"])
+    assert raw["effect"]["trained_modules"] == "TinyLM"  # the runtime found the user's model
+    assert "in effect: " in proc.stdout and "applied: " in proc.stdout
+
+    # a second plan for the same request knows the workload and uses the measurement
+    env = {"MODAK_RESULTS": str(deploy.store.path), "MODAK_MODEL": str(deploy.tmp / "model.joblib")}
+    again = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local-frontend.yaml"))
+    assert again["decided_by"] == "model"
+    first = again["candidates"][0]
+    assert first["configuration"] == plan["chosen"]
+    assert first["prediction"]["source"] == "measured median of 1 run(s)"
+    assert abs(first["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
+
+
+def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it_again(
+        tmp_path):
+    """Local connection: a user's script on a front-end whose compiler cache cannot be
+    created (as on a cluster whose /tmp is not writable): it fails only when compiled."""
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    proj = tmp_path / "project"
+    proj.mkdir()
+    (proj / "train.py").write_text((ROOT / "tests/user_scripts/mlp.py").read_text())
+    doc = json.loads(json.dumps(USER_REQUEST))
+    doc["job"]["application"]["arguments"] = "6"
+    doc["job"]["environment"] = {"TORCHINDUCTOR_CACHE_DIR": "/proc/modak-no-cache"}
+    (proj / "request.json").write_text(json.dumps(doc))
+    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
+               MODAK_MODEL=str(tmp_path / "model.joblib"))
+    plan = _plan_json(proj / "request.json", env, "--infra", str(ROOT / "examples/infra/local.yaml"))
+    compiled = next(c["configuration"] for c in plan["candidates"]
+                    if c["configuration"]["compiler"])
+    variables = {"modak_request": str(proj / "request.json"), "modak_force": compiled,
+                 "modak_work_dir": str(tmp_path / "runs"),
+                 "modak_plan_dir": str(tmp_path / "plans"),
+                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1}
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
+                           "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0
+    assert re.search(r"ended FAILED \(exit code 1\); the run failed under the knob compiler",
+                     proc.stdout), proc.stdout[-3000:]
+    (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
+    assert row["status"] == "failed" and row["failed_knob"] == "compiler"
+    again = _plan_json(proj / "request.json", env, "--infra",
+                       str(ROOT / "examples/infra/local.yaml"))
+    label = (f"pytorch-2.13.0-cpu compiler={compiled['compiler']} threads={compiled['threads']} "
+             f"alloc={compiled['allocator']} prec={compiled['precision']}")
+    assert any(n.startswith(f"not offered: {label}: failed when run") for n in again["notes"])
+    assert compiled not in [c["configuration"] for c in again["candidates"]]

@@ -165,3 +165,30 @@ def test_recipe_values_are_validated():
     for bad in ("torch; touch pwned", "torch==2.13.0 && x", "$(x)", "-e git+x"):
         with pytest.raises(ValueError):
             request(application={"pip_packages": [bad]})
+
+
+def test_a_value_with_commas_reaches_apptainer_whole(tmp_path):
+    """Apptainer's --env splits on commas: such a value goes as APPTAINERENV_NAME instead, so
+    ',SECOND=x' cannot set a second variable inside the container."""
+    value = "a,SECOND=injected,b"
+    req = request(scheduler="slurm", runtime="apptainer", environment={"HOSTILE_VALUE": value})
+    text = plan_of(req).files["job.sh"]
+    assert f"--env HOSTILE_VALUE=" not in text and "SECOND" not in text.split("apptainer exec")[1]
+    calls, _ = run_script(text, tmp_path)
+    (call,) = calls
+    assert not any("SECOND" in a for a in call["argv"])
+    assert "export APPTAINERENV_HOSTILE_VALUE=a,SECOND=injected,b\n" in text
+
+
+def test_jemalloc_comes_with_its_measured_tuning():
+    from modak_lib.catalogue import load_catalogue
+    from modak_lib.models import Configuration
+    from modak_lib.pipeline import option_environment
+    cat = load_catalogue()
+    req = request()
+    cfg = Configuration(image="pytorch-2.13.0-cpu", threads=2, allocator="jemalloc")
+    env = option_environment(cfg, cat.variant(cfg.image), req, cat)
+    assert env["LD_PRELOAD"].endswith("libjemalloc.so.2")
+    assert env["MALLOC_CONF"].startswith("oversize_threshold:1,background_thread:true")
+    cfg = Configuration(image="pytorch-2.13.0-cpu", threads=2, allocator="tcmalloc")
+    assert "MALLOC_CONF" not in option_environment(cfg, cat.variant(cfg.image), req, cat)

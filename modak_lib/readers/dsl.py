@@ -64,6 +64,7 @@ class DslApplication(_M):
     mpi_ranks: PositiveInt = 1
     threads: Optional[PositiveInt] = None
     build: Optional[DslBuild] = None
+    files: list[str] = []  # MODAK extension: what the run directory receives
 
 
 class DslOptBuild(_M):
@@ -312,7 +313,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             "app_type": opt.app_type if opt else "ai_training",
             "mpi_ranks": app.mpi_ranks, "threads": app.threads,
             "build": Build(**app.build.model_dump()) if app.build else None,
-            "user_image": user_image,
+            "user_image": user_image, "files": app.files,
         },
         "optimisation": {
             "enable_opt_build": opt.enable_opt_build if opt else False,

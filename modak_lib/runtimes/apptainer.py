@@ -29,9 +29,16 @@ class Apptainer(RuntimeSpec):
             words.append("--nv")
         words += ["--cleanenv", "--bind", Raw(f'{BIND}:{WORKDIR}'), "--pwd", WORKDIR]
         for key, value in env.items():
-            words += ["--env", f"{key}={value}"]
+            if "," not in value:  # --env splits its value on commas: see exports()
+                words += ["--env", f"{key}={value}"]
         image_word: Word = image if image.startswith("/") else Raw(f'"$HOME"/{_q(image)}')
         return words + [image_word]
+
+
+    def exports(self, env: dict[str, str]) -> dict[str, str]:
+        """Values with a comma reach the container as APPTAINERENV_NAME (kept whole, also
+        under --cleanenv); ``--env`` would split them into several variables."""
+        return {f"APPTAINERENV_{k}": v for k, v in env.items() if "," in v}
 
 
 def _q(path: str) -> str:

@@ -28,6 +28,8 @@ ARGS = dict(
     model=dict(type="str", default="auto"),
     force=dict(type="dict"),
     extra_arguments=dict(type="list", elements="str", default=[]),
+    files=dict(type="list", elements="path", default=[]),
+    files_dir=dict(type="path"),
 )
 
 
@@ -53,11 +55,26 @@ class ActionModule(ActionBase):
             from modak_lib.models import Configuration
             from modak_lib.pipeline import make_plan, with_target
             from modak_lib.readers import read_infra, read_request
+            from modak_lib.readers.appfiles import (application_files, files_digest,
+                                                    runtime_files, tree_files)
             from modak_lib.readers.common import load_document
             from modak_lib.readers.tosca import request_from_nodes
         except ImportError as exc:
             raise AnsibleActionFail("modak_plan needs the modak library on the controller "
                                     "(pip install modak): %s" % exc)
+
+        # the user's files (an edited script is another run), read before anything else
+        try:
+            request = self._request(args, read_infra, read_request, load_document,
+                                    request_from_nodes, with_target)
+            if args["files"]:
+                app_files = tree_files(args["files"])
+            else:
+                app_files = application_files(request, base=args["files_dir"])
+            digest = files_digest(app_files)
+        except ModakError as exc:
+            raise AnsibleActionFail("MODAK plan failed:\n%s" % exc)
+        shipped = [dict(src=src, dest=dest) for src, dest in app_files + runtime_files()]
 
         # the same request on the same target is the same run: reuse its plan (so that a
         # second deploy neither re-plans with a refitted model nor submits again)
@@ -65,7 +82,7 @@ class ActionModule(ActionBase):
             "request": _read(args["request"]), "nodes": args["nodes"],
             "infra": _read(args["infra"]), "inputs": args["inputs"], "node": args["node"],
             "target": args["target"], "run_id": args["run_id"], "ca_certs": args["ca_certs"],
-            "force": args["force"], "extra": args["extra_arguments"],
+            "force": args["force"], "extra": args["extra_arguments"], "files": digest,
         }, sort_keys=True, default=str).encode()).hexdigest()[:20]
         pin = os.path.join(args["out_dir"], "requests", key + ".json")
         if os.path.exists(pin) and not args["new_run"]:
@@ -74,39 +91,28 @@ class ActionModule(ActionBase):
             if os.path.exists(os.path.join(pinned["plan_dir"], "plan.json")):
                 with open(os.path.join(pinned["plan_dir"], "plan.json")) as f:
                     pinned["plan"] = json.load(f)
-                pinned.update(changed=False, msg="reusing the plan of run %s (ask for a new "
-                              "run to plan again)" % pinned["run_id"])
+                pinned.update(changed=False, app_files=shipped,
+                              msg="reusing the plan of run %s (ask for a new run to plan "
+                              "again)" % pinned["run_id"])
                 result.update(pinned)
                 return result
 
-        inputs = args["inputs"]
         try:
-            if isinstance(inputs, str):
-                from pathlib import Path
-                inputs = load_document(Path(inputs))
-            if args["nodes"]:
-                n = args["nodes"]
-                base = read_infra(args["infra"]) if args["infra"] else None
-                request = request_from_nodes(n["job"]["name"], n["job"]["properties"] or {},
-                                             n["target"]["name"],
-                                             n["target"]["properties"] or {},
-                                             "TOSCA node %s" % n["job"]["name"], base)
-            else:
-                request = read_request(args["request"], infra=args["infra"],
-                                       inputs=inputs or {}, node=args["node"])
-            request = with_target(request, args["target"])
             if args["extra_arguments"]:  # e.g. a short autotuning trial: --steps 30
                 app = request.application.model_copy(update={
                     "arguments": request.application.arguments + tuple(args["extra_arguments"])})
                 request = request.model_copy(update={"application": app})
             force = Configuration.model_validate(args["force"]) if args["force"] else None
             predictor = _predictor(args["model"])
+            names = tuple(dest for _, dest in app_files)
             plan = make_plan(request, predictor=predictor, run_id=args["run_id"],
-                             ca_certs=args["ca_certs"], force=force)
+                             ca_certs=args["ca_certs"], force=force, app_files=names,
+                             app_digest=digest)
             if args["new_run"]:  # the same decision under a new run id
                 run_id = "%s-%s" % (plan.plan.run_id, time.strftime("%Y%m%dT%H%M%S"))
                 plan = make_plan(request, predictor=predictor, run_id=run_id,
-                                 ca_certs=args["ca_certs"], force=force)
+                                 ca_certs=args["ca_certs"], force=force, app_files=names,
+                                 app_digest=digest)
         except ModakError as exc:
             raise AnsibleActionFail("MODAK plan failed:\n%s" % exc)
         run_id = plan.plan.run_id
@@ -144,5 +150,24 @@ class ActionModule(ActionBase):
             with open(pin + ".tmp", "w") as f:
                 json.dump(summary, f)
             os.rename(pin + ".tmp", pin)
-        result.update(summary, changed=changed, plan=json.loads(plan.files["plan.json"]))
+        result.update(summary, changed=changed, plan=json.loads(plan.files["plan.json"]),
+                      app_files=shipped)
         return result
+
+    @staticmethod
+    def _request(args, read_infra, read_request, load_document, request_from_nodes,
+                 with_target):
+        inputs = args["inputs"]
+        if isinstance(inputs, str):
+            from pathlib import Path
+            inputs = load_document(Path(inputs))
+        if args["nodes"]:
+            n = args["nodes"]
+            base = read_infra(args["infra"]) if args["infra"] else None
+            request = request_from_nodes(n["job"]["name"], n["job"]["properties"] or {},
+                                         n["target"]["name"], n["target"]["properties"] or {},
+                                         "TOSCA node %s" % n["job"]["name"], base)
+        else:
+            request = read_request(args["request"], infra=args["infra"], inputs=inputs or {},
+                                   node=args["node"])
+        return with_target(request, args["target"])

@@ -41,7 +41,8 @@ class ActionModule(ActionBase):
             if args["require"]:
                 raise AnsibleActionFail(
                     "the job printed no figure of merit (no {\"modak\": \"fom\"} line in %s): "
-                    "a run without its figures is a failed run" % args["output"])
+                    "the runtime (python3 -m modak_runtime) did not run, or was killed before "
+                    "its end" % args["output"])
             result.update(changed=False, recorded=0, measured=None)
             return result
         target = plan["target"]
@@ -72,14 +73,19 @@ class ActionModule(ActionBase):
                 refit = "skipped: scikit-learn is not installed"
             except ModelError as exc:
                 refit = "skipped: %s" % exc
-        last = records[-1]["metrics"]
+        last = records[-1]
+        m = last.get("metrics") or {}
+        s_per_step = m.get("s_per_step")
         pred = (plan["candidates"][0].get("prediction") or {}) if plan.get("candidates") else {}
         result.update(changed=bool(new), recorded=len(new), store=str(store.path), refit=refit,
-                      measured={"steps_per_s": last["steps_per_s"],
-                                "s_per_step": 1.0 / last["steps_per_s"],
-                                "samples_per_s": last.get("samples_per_s"),
-                                "compile_s": last.get("compile_s"),
-                                "final_loss": last.get("final_loss"),
-                                "accuracy": last.get("accuracy")},
+                      status=last.get("status"), error=last.get("error"),
+                      applied=last.get("applied") or {},
+                      not_applied=last.get("not_applied") or {},
+                      effect=last.get("effect") or {},
+                      fingerprint=(last.get("fingerprint") or {}).get("id"),
+                      measured={"steps_per_s": m.get("steps_per_s"), "s_per_step": s_per_step,
+                                "samples_per_s": m.get("samples_per_s"),
+                                "warmup_s": m.get("warmup_s"), "steps": m.get("steps"),
+                                "final_loss": m.get("final_loss")} if s_per_step else None,
                       predicted_s_per_step=pred.get("seconds"))
         return result

@@ -68,6 +68,20 @@ options:
     type: list
     elements: str
     default: []
+  files:
+    description:
+      - Controller paths (files or directories) the run directory receives instead of the
+        request's own files; each keeps its name there.
+      - Default - the request's C(application.files), else the script's directory (relative to
+        the request file), see C(modak_lib/readers/appfiles.py).
+    type: list
+    elements: path
+    default: []
+  files_dir:
+    description:
+      - The directory the application's files are relative to when the request came from
+        orchestrator nodes (O(nodes)), not from a file (e.g. the root of a CSAR).
+    type: path
   model:
     description:
       - The performance model - V(auto) (the saved one, fitted on first use), V(none) (the
@@ -134,4 +148,11 @@ decided_by:
   description: What decided (prior, model, autotune).
   returned: success
   type: str
+app_files:
+  description:
+    - What the run directory receives - the user's files and the runtime (C(modak_runtime/)),
+      each as C(src) (controller path) and C(dest) (path in the run directory).
+  returned: success
+  type: list
+  elements: dict
 """

@@ -12,9 +12,11 @@ module: modak_record
 short_description: Record a job's figures of merit in MODAK's results store
 version_added: "0.1.0"
 description:
-  - Runs on the controller (an action plugin). Reads the figure-of-merit lines (JSON objects
-    with C(modak) set to C(fom)) that a MODAK workload printed into its (fetched) output and
-    appends them to the results store that the performance model reads, once per run.
+  - Runs on the controller (an action plugin). Reads the figure-of-merit records (JSON objects
+    with C(modak) set to C(fom), schema 2) that MODAK's runtime printed into the job's (fetched)
+    output and appends them to the results store that the performance model reads, once per run.
+  - A record of a failed run is stored too (with the knob it failed under), so that the planner
+    does not offer that configuration for that workload again.
   - A job that printed no figure of merit is a failed run (unless O(require=false)).
 options:
   output:
@@ -66,9 +68,35 @@ store:
   returned: when figures were found
   type: str
 measured:
-  description: The last figure of merit (steps_per_s, s_per_step, samples_per_s, compile_s, final_loss, accuracy).
+  description:
+    - The last record's speed (steps_per_s, s_per_step, samples_per_s, warmup_s, steps,
+      final_loss); null when it measured no step time (a failed run).
   returned: always
   type: dict
+status:
+  description: The last record's status (ok, capped, failed).
+  returned: when figures were found
+  type: str
+error:
+  description: Why the run failed (type, message, and the knob it is blamed on, if any).
+  returned: when figures were found
+  type: dict
+applied:
+  description: The knobs the runtime applied, and how.
+  returned: when figures were found
+  type: dict
+not_applied:
+  description: The knobs the runtime could not apply to this script, and why.
+  returned: when figures were found
+  type: dict
+effect:
+  description: What was in effect (matmul dtype, compiled, threads, allocator loaded, ...).
+  returned: when figures were found
+  type: dict
+fingerprint:
+  description: The workload's fingerprint id.
+  returned: when figures were found
+  type: str
 refit:
   description: The id of the refitted model, or why the refit was skipped.
   returned: when figures were found

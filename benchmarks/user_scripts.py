@@ -1,0 +1,201 @@
+"""Unmodified user scripts: stock against MODAK's choice, and the runtime's own overhead.
+
+    .venv/bin/python benchmarks/user_scripts.py [--repeats 3] [--only NAME ...]
+
+For each of three ordinary scripts (MNIST-CNN in PyTorch, a small transformer LM in
+PyTorch, a Keras ``model.fit`` classifier), in one run on this machine:
+
+1. **trials**: the script runs through the runtime a few short times (stock, bf16, tcmalloc,
+   and torch.compile for PyTorch) into a fresh results store, as MODAK's autotuning would;
+2. **plan**: ``make_plan`` with a model fitted on the shipped dataset plus those trials says
+   what MODAK would run;
+3. **compare**, interleaved and repeated: ``python3 SCRIPT`` (stock, exactly what the user
+   runs) against ``python3 -m modak_runtime -- SCRIPT`` with the chosen knobs, the wall time
+   of a fixed number of steps *including* start-up and compilation, and the last loss
+   (a speed-up that changes the result is not one);
+4. **overhead**: the runtime with every knob at default against the plain script, per step:
+   (wall of a long run - wall of a short run) / (difference in steps), so start-up cancels.
+
+It prints a table; the run takes about 10-15 minutes on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from modak_lib import model as mm  # noqa: E402
+from modak_lib.pipeline import make_plan  # noqa: E402
+from modak_lib.readers.dsl import read_dsl  # noqa: E402
+from modak_lib.report import table_lines  # noqa: E402
+from modak_lib.results import ResultsStore, load_frame, parse_fom_lines, row_from_fom  # noqa: E402
+
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
+KNOBS = ("MODAK_THREADS", "MODAK_TORCH_COMPILE", "MODAK_JIT_COMPILE", "MODAK_PRECISION",
+         "MODAK_ALLOCATOR", "LD_PRELOAD", "MODAK_MAX_STEPS", "MODAK_CHANNELS_LAST")
+
+# name -> (script, framework, arguments(steps), steps per unit, trial configurations)
+SCRIPTS = {
+    "mnist-cnn (torch)": (ROOT / "examples/mnist-cnn/train.py", "pytorch",
+                          lambda n: ["--steps", str(n)], 1),
+    "tiny-lm (torch)": (ROOT / "tests/user_scripts/tiny_lm.py", "pytorch",
+                        lambda n: ["--steps", str(n)], 1),
+    "keras-fit (keras)": (ROOT / "tests/user_scripts/keras_fit.py", "keras",
+                          lambda n: ["--epochs", str(max(1, n // 8)), "--samples", "512"], 8),
+}
+LENGTHS = {"mnist-cnn (torch)": (20, 120), "tiny-lm (torch)": (100, 600),
+           "keras-fit (keras)": (16, 160)}
+TRIAL_STEPS = {"mnist-cnn (torch)": 40, "tiny-lm (torch)": 150, "keras-fit (keras)": 40}
+
+
+def trials(framework: str) -> list[tuple[str, dict]]:
+    out = [("stock", {}), ("bf16", {"MODAK_PRECISION": "bf16"})]
+    if os.path.exists(TCMALLOC):
+        out.append(("tcmalloc", {"MODAK_ALLOCATOR": "tcmalloc", "LD_PRELOAD": TCMALLOC}))
+    if framework == "pytorch":
+        out.append(("torch.compile", {"MODAK_TORCH_COMPILE": "default"}))
+    else:
+        out.append(("xla", {"MODAK_JIT_COMPILE": "1"}))
+    return out
+
+
+def run(script: Path, args: list[str], env: dict, runtime: bool) -> tuple[float, dict, str]:
+    full = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    full.update(env, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="tensorflow")
+    cmd = [sys.executable] + (["-m", "modak_runtime", "--"] if runtime else []) + \
+        [str(script), *args]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=script.parent, env=full, capture_output=True, text=True,
+                          timeout=1800)
+    wall = time.perf_counter() - t0
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    recs = parse_fom_lines(proc.stdout)
+    return wall, (recs[-1] if recs else {}), proc.stdout
+
+
+def last_loss(stdout: str, rec: dict) -> float | None:
+    if rec:
+        return rec["metrics"]["final_loss"]
+    for line in reversed(stdout.splitlines()):  # the plain script's own last print
+        words = [w for w in line.replace(":", " ").split() if w]
+        for i, w in enumerate(words[:-1]):
+            if w == "loss":
+                try:
+                    return float(words[i + 1])
+                except ValueError:
+                    pass
+    return None
+
+
+def request_for(name: str, script: Path, framework: str, n: int):
+    _, _, argf, _ = SCRIPTS[name]
+    doc = {"job": {
+        "job_options": {"job_name": "bench"},
+        "application": {"executable": f"python3 {script.name}", "arguments": argf(n)},
+        "target": {"job_scheduler_type": "none"},
+        "optimisation": {"enable_opt_build": False, "app_type": "ai_training",
+                         "app_type-ai_training": {
+                             "config": {"ai_framework": framework,
+                                        "allow_reduced_precision": True},
+                             f"ai_framework-{framework}": {
+                                 "version": "2.13" if framework == "pytorch" else "3",
+                                 **({"compile": True} if framework == "pytorch"
+                                    else {"jit_compile": True})}}}}}
+    req = read_dsl(doc, str(script.parent / "request.json"))
+    from modak_lib.readers.infra import read_infra  # this machine, as the local example
+    return req.model_copy(update={"target": read_infra(ROOT / "examples/infra/local.yaml")})
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--only", nargs="*", choices=list(SCRIPTS))
+    a = p.parse_args()
+    names = a.only or list(SCRIPTS)
+    rows, overhead_rows = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ResultsStore(Path(tmp) / "store.sqlite")
+        for name in names:
+            script, framework, argf, unit = SCRIPTS[name]
+            req = request_for(name, script, framework, TRIAL_STEPS[name])
+            from modak_lib import workload
+            base = {"MODAK_WORKLOAD_KEY": workload.key(req.application),
+                    "MODAK_WORKLOAD": workload.label(req.application)}
+            # 1. short trials through the runtime, into the store
+            t0 = time.perf_counter()
+            for label, env in trials(framework):
+                threads = {"MODAK_THREADS": str(req.target.cores_per_node)}
+                _, rec, _ = run(script, argf(TRIAL_STEPS[name]), {**base, **threads, **env},
+                                True)
+                store.append([row_from_fom(rec, source="autotune", run_id=f"bench/{label}",
+                                           microarchitecture=req.target.microarchitecture,
+                                           cores=req.target.cores_per_node)])
+            trial_s = time.perf_counter() - t0
+            # 2. the plan
+            frame = load_frame(store)
+            predictor = mm.ModelPredictor(mm.fit(frame, estimators=("linear", "linear-main")),
+                                          frame)
+            plan = make_plan(req, predictor=predictor, run_id="bench").plan
+            chosen = {k: v for k, v in plan.environment.items() if k.startswith(
+                ("MODAK_", "LD_PRELOAD", "TF_", "OMP_", "MKL_"))}
+            label = plan.chosen.label().split(" ", 1)[1]
+            # 3. stock vs chosen, interleaved; 4. overhead by difference of lengths
+            short, long_ = LENGTHS[name]
+            samples: dict[str, list] = {k: [] for k in ("stock", "chosen", "plain-short",
+                                                        "plain-long", "rt-short", "rt-long")}
+            losses: dict[str, list] = {"stock": [], "chosen": []}
+            for _ in range(a.repeats):
+                w, rec, out = run(script, argf(long_), {}, False)
+                samples["stock"].append(w)
+                losses["stock"].append(last_loss(out, {}))
+                w, rec, out = run(script, argf(long_), chosen, True)
+                samples["chosen"].append(w)
+                losses["chosen"].append(last_loss(out, rec))
+                samples["plain-short"].append(run(script, argf(short), {}, False)[0])
+                samples["rt-short"].append(run(script, argf(short), {}, True)[0])
+                samples["plain-long"].append(samples["stock"][-1])
+                samples["rt-long"].append(run(script, argf(long_), {}, True)[0])
+            med = {k: statistics.median(v) for k, v in samples.items()}
+            steps = long_ - short
+            if unit != 1:  # keras: whole epochs of `unit` steps
+                steps = (max(1, long_ // unit) - max(1, short // unit)) * unit
+            plain_step = (med["plain-long"] - med["plain-short"]) / steps
+            rt_step = (med["rt-long"] - med["rt-short"]) / steps
+            rows.append([name, label, f"{med['stock']:.1f}", f"{med['chosen']:.1f}",
+                         f"{med['stock'] / med['chosen']:.2f}x",
+                         f"{min(samples['stock']):.1f}-{max(samples['stock']):.1f}",
+                         f"{min(samples['chosen']):.1f}-{max(samples['chosen']):.1f}",
+                         _loss(losses["stock"]), _loss(losses["chosen"]), f"{trial_s:.0f}"])
+            overhead_rows.append([name, f"{plain_step * 1e3:.2f}", f"{rt_step * 1e3:.2f}",
+                                  f"{(rt_step / plain_step - 1) * 100:+.1f}%",
+                                  f"{med['rt-short'] - med['plain-short']:+.2f}"])
+            print(f"done: {name}", file=sys.stderr, flush=True)
+    print(f"stock vs MODAK's choice: wall seconds of a fixed number of steps (median of "
+          f"{a.repeats} interleaved repeats, start-up and compilation included)")
+    print("\n".join(table_lines(rows, ["script", "MODAK's choice", "stock s", "chosen s",
+                                       "speed-up", "stock min-max", "chosen min-max",
+                                       "stock loss", "chosen loss", "trials s"])))
+    print("\nthe runtime's own cost, all knobs at default (per step: difference of two run "
+          "lengths; start-up: the short runs' difference)")
+    print("\n".join(table_lines(overhead_rows, ["script", "plain ms/step", "runtime ms/step",
+                                                "overhead", "start-up s"])))
+    return 0
+
+
+def _loss(values) -> str:
+    vals = [v for v in values if v is not None]
+    return f"{statistics.median(vals):.4f}" if vals else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

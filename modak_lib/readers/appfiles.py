@@ -1,0 +1,132 @@
+"""Which of the user's files a run directory receives, read from the controller's disk.
+
+* ``application.files`` (paths relative to the request file's directory: files or whole
+  directories) when the request lists them;
+* otherwise the script's own directory: for ``pkg/sub/train.py`` the tree ``pkg/``, for a
+  top-level ``train.py`` the script and the ``.py`` modules beside it (never the whole
+  directory the request sits in, which may be a home directory).
+
+Everything stays inside the request's directory: no absolute paths, no ``..``, no symbolic
+link is followed (a link is skipped), hidden entries and bytecode caches are left out, and
+the total is bounded.  The runtime (``modak_runtime``) always goes along.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Optional
+
+from ..errors import InputError
+from ..models import JobRequest
+
+MAX_FILES = 2000
+MAX_BYTES = 512 * 1024 * 1024
+SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".venv", "node_modules"}
+
+
+def request_dir(request: JobRequest) -> Optional[Path]:
+    """The directory of the request file, when the request came from a file."""
+    path = Path(request.source)
+    return path.resolve().parent if path.is_file() else None
+
+
+def _inside(path: Path, base: Path) -> bool:
+    try:
+        path.resolve().relative_to(base)
+    except ValueError:
+        return False
+    return True
+
+
+def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source: str) -> None:
+    if top.is_symlink() or top.name.startswith(".") or top.name in SKIP_DIRS:
+        return
+    if top.is_file():
+        if top.suffix not in (".pyc", ".pyo"):
+            out.append((str(top), top.relative_to(base).as_posix()))
+        return
+    for entry in sorted(top.iterdir()):
+        _walk(entry, base, out, field, source)
+        if len(out) > MAX_FILES:
+            raise InputError([(field, f"more than {MAX_FILES} files to copy into the run "
+                               "directory: list what the job needs in application.files")],
+                             source)
+
+
+def application_files(request: JobRequest, base: Optional[Path] = None
+                      ) -> list[tuple[str, str]]:
+    """(controller path, path in the run directory) of every file the job needs."""
+    app = request.application
+    base = (base.resolve() if base else None) or request_dir(request)
+    if base is None:
+        if app.files:
+            raise InputError([("application.files", "the request did not come from a file: "
+                               "there is no directory to take these files from")],
+                             request.source)
+        return []
+    out: list[tuple[str, str]] = []
+    if app.files:
+        entries = [(f"application.files[{i}]", f) for i, f in enumerate(app.files)]
+    elif app.script:
+        top = app.script.split("/", 1)[0]
+        entries = [("application.script", top if "/" in app.script else app.script)]
+        if "/" not in app.script:  # the modules a top-level script imports from beside it
+            entries += [("application.script", p.name) for p in sorted(base.glob("*.py"))
+                        if p.name != app.script]
+    else:
+        return []
+    for field, rel in entries:
+        if rel.startswith("/"):
+            raise InputError([(field, f"{rel!r}: give a path relative to the request's "
+                               "directory")], request.source)
+        path = base / rel
+        if not path.exists():
+            if field == "application.script":
+                if rel == entries[0][1]:  # the script itself: say so, the deploy will fail
+                    raise InputError([(field, f"{rel!r} not found in {base}: the run directory "
+                                       "needs the script (paths are relative to the request "
+                                       "file)")], request.source)
+                continue
+            raise InputError([(field, f"{rel!r} not found in {base}")], request.source)
+        if path.is_symlink() or not _inside(path, base):
+            raise InputError([(field, f"{rel!r} is a symbolic link or leads outside the "
+                               "request's directory")], request.source)
+        _walk(path, base, out, field, request.source)
+    total = sum(os.path.getsize(src) for src, _ in out)
+    if total > MAX_BYTES:
+        raise InputError([("application.files", f"{total / 2**20:.0f} MiB to copy into the run "
+                           f"directory (limit {MAX_BYTES // 2**20} MiB): keep data sets on the "
+                           "cluster and pass their paths as arguments")], request.source)
+    return sorted(set(out), key=lambda f: f[1])
+
+
+def tree_files(paths: list[str], source: str = "files") -> list[tuple[str, str]]:
+    """Controller paths named explicitly (a role's ``modak_job_files``): each file, or each
+    directory's tree, under its own name in the run directory."""
+    out: list[tuple[str, str]] = []
+    for i, p in enumerate(paths):
+        path = Path(p).resolve()
+        if not path.exists():
+            raise InputError([(f"files[{i}]", f"{p!r} does not exist")], source)
+        _walk(path, path.parent, out, f"files[{i}]", source)
+    return sorted(set(out), key=lambda f: f[1])
+
+
+def files_digest(files: list[tuple[str, str]]) -> str:
+    """One hash of the files' names and contents: an edited script is another run."""
+    h = hashlib.sha256()
+    for src, dest in sorted(files, key=lambda f: f[1]):
+        h.update(dest.encode() + b"\0")
+        with open(src, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16] if files else ""
+
+
+def runtime_files() -> list[tuple[str, str]]:
+    """The runtime package, which every run directory receives."""
+    import modak_runtime
+
+    root = Path(modak_runtime.__file__).parent
+    return [(str(p), f"modak_runtime/{p.name}") for p in sorted(root.glob("*.py"))]

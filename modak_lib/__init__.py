@@ -2,4 +2,4 @@
 
 Every decision and every rendering lives in this package; it imports no Ansible.
 """
-__version__ = "0.1.0"
+__version__ = "0.2.0"

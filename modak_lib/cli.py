@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         if name in ("eval", "plot"):
             m.add_argument("--estimator", help="default: the saved model's (else linear)")
 
+    sub.add_parser("tosca-types", help="print the path of MODAK's TOSCA types (copy them "
+                   "beside a blueprint and import them by name)")
     schema = sub.add_parser("schema", help="print the JSON Schema of every MODAK input")
     schema.add_argument("--only", choices=["dsl", "infra", "tosca", "plan"],
                         help="one schema instead of all")
@@ -140,7 +142,13 @@ def _predictor(choice: str):
         return FastPredictor.load(path)
     except PredictError as exc:
         if "refit" in str(exc):
-            raise ModakError(str(exc)) from None
+            if choice != "auto":
+                raise ModakError(str(exc)) from None
+            # the saved model is from another MODAK (features may differ): refit it once
+            from .model import fit_if_possible
+            if not fit_if_possible(path):
+                return None
+            return FastPredictor.load(path)
     from .model import ModelPredictor, load, training_frame  # a non-linear estimator
     from .results import ResultsStore, load_frame
     return ModelPredictor(load(path), training_frame(load_frame(ResultsStore())))
@@ -210,10 +218,18 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tosca_types(args: argparse.Namespace) -> int:
+    """The installed TOSCA types: a blueprint anywhere imports them after
+    ``cp "$(modak tosca-types)" .`` as ``imports: [modak-types.yaml]``."""
+    print(Path(__file__).parent / "data" / "tosca" / "modak-types.yaml")
+    return 0
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"plan": cmd_plan, "schema": cmd_schema, "model": cmd_model}[args.command](args)
+        return {"plan": cmd_plan, "schema": cmd_schema, "model": cmd_model,
+                "tosca-types": cmd_tosca_types}[args.command](args)
     except InputError as exc:
         for line in exc.format().splitlines():
             print(f"modak: error: {line}", file=sys.stderr)

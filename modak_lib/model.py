@@ -124,17 +124,52 @@ def fingerprint(df) -> str:
 
 # ---------------------------------------------------------------------------
 # estimators
+MIN_SCALE = 0.25  # log units: a feature that barely varies is not scaled up into a lever
+
+
+_FLOOR_SCALER = None
+
+
+def _floor_scaler():
+    """The scaler class, made on first use (planning imports no scikit-learn) and kept, so
+    that a saved model unpickles it as ``modak_lib.model.FloorScaler``."""
+    global _FLOOR_SCALER
+    if _FLOOR_SCALER is None:
+        from sklearn.preprocessing import StandardScaler
+
+        class FloorScaler(StandardScaler):
+            """StandardScaler whose scale is at least MIN_SCALE: two workloads whose FLOPs
+            differ by 0.5% must not make FLOPs a lever that extrapolates 100x to a third."""
+
+            def fit(self, X, y=None, sample_weight=None):
+                super().fit(X, y, sample_weight)
+                import numpy as np
+                self.scale_ = np.maximum(self.scale_, MIN_SCALE)
+                return self
+
+        FloorScaler.__module__ = __name__
+        FloorScaler.__qualname__ = "FloorScaler"
+        _FLOOR_SCALER = FloorScaler
+    return _FLOOR_SCALER
+
+
+def __getattr__(name: str):  # pickle looks the class up by name
+    if name == "FloorScaler":
+        return _floor_scaler()
+    raise AttributeError(name)
+
+
 def make_estimator(name: str):
     from sklearn.compose import ColumnTransformer
     from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
     from sklearn.linear_model import RidgeCV
     from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures, StandardScaler
+    from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
     import numpy as np
 
     pre = ColumnTransformer([
         ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), CATEGORICAL),
-        ("num", StandardScaler(), NUMERIC)])
+        ("num", _floor_scaler()(), NUMERIC)])
     if name == "linear":  # the seed paper's linear model, with pairwise interactions
         return Pipeline([("pre", pre),
                          ("inter", PolynomialFeatures(2, interaction_only=True,

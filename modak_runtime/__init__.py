@@ -13,4 +13,4 @@ Standard library and the user's own framework only: a training image carries thi
 (or the run directory does), never the planner.  With no ``MODAK_*`` knob set it changes
 nothing the script computes.
 """
-__version__ = "0.3.0"
+__version__ = "0.2.0"

@@ -187,8 +187,8 @@ def layer_flops(layer) -> tuple[Optional[str], float]:
         return "conv", 2.0 * k * inp[-1] * layer.depth_multiplier * spatial
     if name.startswith("SeparableConv"):
         k = math.prod(layer.kernel_size)
-        return "conv", 2.0 * spatial * (k * inp[-1] * layer.depth_multiplier
-                                         + inp[-1] * layer.depth_multiplier * out[-1])
+        mult = layer.depth_multiplier
+        return "conv", 2.0 * spatial * (k * inp[-1] * mult + inp[-1] * mult * out[-1])
     if name.startswith("Conv"):
         k = math.prod(layer.kernel_size)
         groups = getattr(layer, "groups", 1) or 1

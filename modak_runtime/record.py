@@ -150,7 +150,7 @@ def flatten(rec: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"figure-of-merit schema {rec.get('schema')!r}, this MODAK reads {SCHEMA}")
     if rec.get("status") not in STATUSES:
         raise ValueError(f"status {rec.get('status')!r} is not one of {STATUSES}")
-    return {name: _get(rec, path) for name, (_, path) in STORE_COLUMNS.items() if path}
+    return {name: _get(rec, spec[1]) for name, spec in STORE_COLUMNS.items() if spec[1]}
 
 
 def parse_lines(text: str) -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
 """`modak plan` end to end, through the installed command."""
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, dsl, run_modak
@@ -118,3 +119,35 @@ def test_plan_time_errors(tmp_path, changes, message):
     req.write_text(json.dumps(dsl(**changes)))
     proc = run_modak("plan", str(req), "--infra", str(ROOT / "examples/infra/hlrs-testbed.yaml"))
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_blueprint_outside_the_repository_imports_the_installed_types(tmp_path):
+    """A user's project anywhere: the types copied from `modak tosca-types`, the script beside
+    the blueprint; the plan lists what the run directory receives (the script, its modules)."""
+    types = subprocess.run(["modak", "tosca-types"], capture_output=True, text=True, check=True)
+    path = Path(types.stdout.strip())
+    assert path.is_file() and "modak.nodes.AITrainingJob" in path.read_text()
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "modak-types.yaml").write_text(path.read_text())
+    (proj / "train.py").write_text("import helpers\n")
+    (proj / "helpers.py").write_text("")
+    (proj / "data.bin").write_bytes(b"\0" * 10)
+    (proj / "bp.yaml").write_text("""tosca_definitions_version: tosca_simple_yaml_1_3
+imports: [modak-types.yaml]
+topology_template:
+  node_templates:
+    target: {type: modak.nodes.HPCTarget, properties: {scheduler: local}}
+    job:
+      type: modak.nodes.AITrainingJob
+      properties:
+        application: {framework: pytorch, script: train.py, arguments: ["--steps", "5"]}
+      requirements: [{host: target}]
+""")
+    out = tmp_path / "out"
+    proc = subprocess.run(["modak", "plan", str(proj / "bp.yaml"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["app_files"] == ["helpers.py", "train.py"]  # not the data, not the blueprint
+    assert "python3 -m modak_runtime -- train.py --steps 5" in (out / "job.sh").read_text()

@@ -104,7 +104,7 @@ class ActionModule(ActionBase):
                 request = request.model_copy(update={"application": app})
             force = Configuration.model_validate(args["force"]) if args["force"] else None
             predictor = _predictor(args["model"])
-            names = tuple(dest for _, dest in app_files)
+            names = tuple(pair[1] for pair in app_files)
             plan = make_plan(request, predictor=predictor, run_id=args["run_id"],
                              ca_certs=args["ca_certs"], force=force, app_files=names,
                              app_digest=digest)

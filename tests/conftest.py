@@ -71,6 +71,16 @@ def plan_of(req: JobRequest, **kw: Any):
     return make_plan(req, run_id="test-run", **kw)
 
 
+def need(module: str):
+    """Import a framework a test needs; missing is a failure in CI, a skip elsewhere."""
+    try:
+        return __import__(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{module} missing in CI: scripts/setup-venv installs '.[workloads]'")
+        pytest.skip(f"{module} not installed: pip install -e '.[workloads]'")
+
+
 def write_json(path: Path, data: Any) -> Path:
     path.write_text(json.dumps(data), encoding="utf-8")
     return path

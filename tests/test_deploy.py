@@ -163,12 +163,14 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
 
 
 def test_autotuning_trials_go_through_the_job_path_into_the_store(deploy):
-    proc = deploy("autotune.yml", inputs={"job_name": "mnist-tune"}, modak_autotune_k=2)
+    proc = deploy("autotune.yml", inputs={"job_name": "mnist-tune", "steps": "1000"},
+                  modak_autotune_k=2, modak_autotune_steps=25)
     _ok(proc)
     assert re.search(r"after 2 trials: planned \S+: pytorch-2.13.0-cpu", proc.stdout)
     rows = deploy.store.rows()
     assert [r["source"] for r in rows] == ["autotune", "autotune"]
-    assert all(r["steps"] == 33 for r in rows)  # short trials (3 warm-up steps and 30)
+    # short trials: the runtime stopped the 1000-step script after 25 steps
+    assert all(r["steps"] == 25 and r["status"] == "capped" for r in rows)
     assert len({(r["allocator"], r["threads"]) for r in rows}) == 2  # two candidates
 
 

@@ -10,7 +10,7 @@ import sys
 import tempfile
 
 import pytest
-from conftest import ROOT, request
+from conftest import ROOT, request, need
 
 from modak_lib import workload
 from modak_lib.results import ResultsStore, load_frame, parse_fom_lines, row_from_fom
@@ -19,15 +19,6 @@ from modak_runtime.record import STORE_COLUMNS, Record, flatten
 SCRIPTS = ROOT / "tests" / "user_scripts"
 KNOBS = ("MODAK_THREADS", "MODAK_TORCH_COMPILE", "MODAK_JIT_COMPILE", "MODAK_PRECISION",
          "MODAK_CHANNELS_LAST", "MODAK_ALLOCATOR", "MODAK_MAX_STEPS", "MODAK_ONEDNN")
-
-
-def need(module: str):
-    try:
-        return __import__(module)
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail(f"{module} missing in CI: scripts/setup-venv installs '.[workloads]'")
-        pytest.skip(f"{module} not installed: pip install -e '.[workloads]'")
 
 
 def run(script, *args, env=None, runtime=True, cwd=None, timeout=600):
@@ -264,3 +255,35 @@ def test_the_record_is_the_one_declaration_the_store_reads():
         flatten({**rec, "schema": 1})
     from modak_lib.results import COLUMNS
     assert list(COLUMNS) == list(STORE_COLUMNS)
+
+
+def test_a_store_of_the_previous_schema_is_brought_up_to_date(tmp_path):
+    """A store written by MODAK 0.1 (s_per_step NOT NULL, no status or fingerprint) keeps its
+    rows and takes failed runs after the migration."""
+    import sqlite3
+    old_cols = ["recorded_at", "source", "run_id", "repeat", "workload", "framework",
+                "framework_version", "trainable_parameters", "batch_size", "image_size",
+                "compiler", "threads", "allocator", "precision", "channels_last", "onednn",
+                "image", "target", "cpu_model", "microarchitecture", "cores", "accelerator",
+                "steps", "s_per_step", "steps_per_s", "samples_per_s", "compile_s",
+                "peak_rss_mb", "final_loss", "accuracy", "raw"]
+    notnull = {"recorded_at", "source", "workload", "framework", "compiler", "allocator",
+               "precision", "channels_last", "onednn", "s_per_step", "raw"}
+    path = tmp_path / "old.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE measurements (id INTEGER PRIMARY KEY, " + ", ".join(
+        f'"{c}" TEXT' + (" NOT NULL" if c in notnull else "") for c in old_cols) + ")")
+    con.execute(f"INSERT INTO measurements ({', '.join(old_cols)}) VALUES "
+                f"({', '.join('?' for _ in old_cols)})",
+                [{"s_per_step": 0.1, "channels_last": 0, "onednn": 1}.get(c, "x")
+                 for c in old_cols])
+    con.commit()
+    con.close()
+    store = ResultsStore(path)
+    rec = json.loads(Record(workload="w", framework="pytorch", status="failed",
+                            error={"type": "E", "message": "boom", "knob": "compiler"}).to_json())
+    store.append([row_from_fom(rec, source="deploy", run_id="new", cores=2)])
+    old, new = store.rows()
+    assert old["status"] == "ok" and float(old["s_per_step"]) == 0.1
+    assert new["status"] == "failed" and new["s_per_step"] is None
+    assert new["failed_knob"] == "compiler"

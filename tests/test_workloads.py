@@ -7,21 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, need
 
 from workloads import mnist
 from modak_lib.results import parse_fom_lines as parse_lines
 
 SAMPLE = ROOT / "workloads/data/mnist-sample"
-
-
-def need(module: str):
-    try:
-        return __import__(module)
-    except ImportError:
-        if os.environ.get("CI"):
-            pytest.fail(f"{module} missing in CI: scripts/setup-venv installs '.[workloads]'")
-        pytest.skip(f"{module} not installed: pip install -e '.[workloads]'")
 
 
 # ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ ARGS = dict(
     model=dict(type="str", default="auto"),
     force=dict(type="dict"),
     extra_arguments=dict(type="list", elements="str", default=[]),
+    max_steps=dict(type="int", default=0),
     files=dict(type="list", elements="path", default=[]),
     files_dir=dict(type="path"),
 )
@@ -83,6 +84,7 @@ class ActionModule(ActionBase):
             "infra": _read(args["infra"]), "inputs": args["inputs"], "node": args["node"],
             "target": args["target"], "run_id": args["run_id"], "ca_certs": args["ca_certs"],
             "force": args["force"], "extra": args["extra_arguments"], "files": digest,
+            "max_steps": args["max_steps"],
         }, sort_keys=True, default=str).encode()).hexdigest()[:20]
         pin = os.path.join(args["out_dir"], "requests", key + ".json")
         if os.path.exists(pin) and not args["new_run"]:
@@ -98,7 +100,10 @@ class ActionModule(ActionBase):
                 return result
 
         try:
-            if args["extra_arguments"]:  # e.g. a short autotuning trial: --steps 30
+            if args["max_steps"] > 0:  # a trial: the runtime stops after so many steps
+                env = dict(request.environment, MODAK_MAX_STEPS=str(args["max_steps"]))
+                request = request.model_copy(update={"environment": env})
+            if args["extra_arguments"]:  # e.g. a script's own option for a short run
                 app = request.application.model_copy(update={
                     "arguments": request.application.arguments + tuple(args["extra_arguments"])})
                 request = request.model_copy(update={"application": app})

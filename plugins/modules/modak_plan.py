@@ -63,8 +63,14 @@ options:
       - Choose this candidate configuration (C(image), C(compiler), C(threads), C(allocator),
         C(precision)), for an autotuning trial of it; it must be one of the request's candidates.
     type: dict
+  max_steps:
+    description:
+      - A trial - the runtime stops the script after this many optimizer steps
+        (C(MODAK_MAX_STEPS)); V(0) runs it to its end.
+    type: int
+    default: 0
   extra_arguments:
-    description: Arguments appended to the application's (a short trial, e.g. C(--steps 30)).
+    description: Arguments appended to the application's (a script's own option for a short run).
     type: list
     elements: str
     default: []

@@ -232,6 +232,38 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
     assert abs(first["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
 
 
+def _local_deploy(tmp_path, request, **extra):
+    variables = {"modak_request": str(request), "modak_work_dir": str(tmp_path / "runs"),
+                 "modak_plan_dir": str(tmp_path / "plans"),
+                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1, **extra}
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
+               MODAK_MODEL=str(tmp_path / "model.joblib"))
+    proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
+                           "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return proc, env
+
+
+def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path):
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    request = user_project(tmp_path)
+    proc, env = _local_deploy(tmp_path, request)
+    _ok(proc)
+    assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
+    (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
+    assert row["status"] == "ok" and row["steps"] == 12 and row["fingerprint"].startswith("fp-")
+    run_dir = next((tmp_path / "runs").iterdir())
+    assert (run_dir / "train.py").read_text() == (request.parent / "train.py").read_text()
+    assert not (run_dir / "notes.txt").exists() and (run_dir / "modak_runtime").is_dir()
+    again = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local.yaml"))
+    first = again["candidates"][0]
+    assert again["decided_by"] == "model"
+    assert first["prediction"]["source"] == "measured median of 1 run(s)"
+    assert abs(first["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
+
+
 def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it_again(
         tmp_path):
     """Local connection: a user's script on a front-end whose compiler cache cannot be
@@ -250,14 +282,7 @@ def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it
     plan = _plan_json(proj / "request.json", env, "--infra", str(ROOT / "examples/infra/local.yaml"))
     compiled = next(c["configuration"] for c in plan["candidates"]
                     if c["configuration"]["compiler"])
-    variables = {"modak_request": str(proj / "request.json"), "modak_force": compiled,
-                 "modak_work_dir": str(tmp_path / "runs"),
-                 "modak_plan_dir": str(tmp_path / "plans"),
-                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1}
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
-                           "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc, _ = _local_deploy(tmp_path, proj / "request.json", modak_force=compiled)
     assert proc.returncode != 0
     assert re.search(r"ended FAILED \(exit code 1\); the run failed under the knob compiler",
                      proc.stdout), proc.stdout[-3000:]

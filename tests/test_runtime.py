@@ -287,3 +287,21 @@ def test_a_store_of_the_previous_schema_is_brought_up_to_date(tmp_path):
     assert old["status"] == "ok" and float(old["s_per_step"]) == 0.1
     assert new["status"] == "failed" and new["s_per_step"] is None
     assert new["failed_knob"] == "compiler"
+
+
+def test_application_files_of_orchestrator_nodes_come_from_the_named_directory(tmp_path):
+    """xOpera's requests come from node properties, not a file: their files are relative to
+    the CSAR's root, given as a plain string (as Ansible passes a path)."""
+    from modak_lib.readers.appfiles import application_files
+    from modak_lib.readers.tosca import request_from_nodes
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "train.py").write_text("")
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "pkg" / "__pycache__" / "x.pyc").write_text("")
+    (tmp_path / "pkg" / "link.py").symlink_to("/etc/hostname")
+    req = request_from_nodes("job", {"application": {"framework": "pytorch",
+                                                     "script": "pkg/train.py"}},
+                             "fe", {"scheduler": "local"}, "TOSCA node job", None)
+    got = application_files(req, base=str(tmp_path))
+    assert [dest for _, dest in got] == ["pkg/train.py"]  # no cache, no link
+    assert application_files(req) == []  # no file, no directory: nothing to copy

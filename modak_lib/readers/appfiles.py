@@ -54,11 +54,12 @@ def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source:
                              source)
 
 
-def application_files(request: JobRequest, base: Optional[Path] = None
+def application_files(request: JobRequest, base: "Optional[str | Path]" = None
                       ) -> list[tuple[str, str]]:
-    """(controller path, path in the run directory) of every file the job needs."""
+    """(controller path, path in the run directory) of every file the job needs; ``base``
+    is the directory they are relative to when the request did not come from a file."""
     app = request.application
-    base = (base.resolve() if base else None) or request_dir(request)
+    base = (Path(base).resolve() if base else None) or request_dir(request)
     if base is None:
         if app.files:
             raise InputError([("application.files", "the request did not come from a file: "

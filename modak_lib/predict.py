@@ -219,7 +219,9 @@ class FastPredictor:
             if not distinct:
                 return [None] * len(configs)
         out: list[Optional[Prediction]] = []
-        for row in candidate_rows(request, configs, workload=w):
+        rows = candidate_rows(request, configs, workload=w)
+        correct = self._knob_effects(rows[0], same, target.cores_per_node) if rows else None
+        for row in rows:
             key = tuple(str(row[k]) for k in MATCH_KEYS)
             hit = [m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key]
             if cold and not hit:
@@ -229,8 +231,52 @@ class FastPredictor:
                 out.append(Prediction(seconds=m["median"], low=m["min"], high=m["max"],
                                       source=f"measured median of {m['n']} run(s)"))
             else:
-                mid = math.exp(self.formula(row))
+                log_mid, how = self.formula(row), f"model {self.meta['model_id']}"
+                if correct is not None:
+                    shift, used = correct(row)
+                    if used:
+                        log_mid += shift
+                        how += f", corrected by this workload's measured {', '.join(used)}"
+                mid = math.exp(log_mid)
                 out.append(Prediction(seconds=mid, low=mid * math.exp(-Z90 * self.sigma),
-                                      high=mid * math.exp(Z90 * self.sigma),
-                                      source=f"model {self.meta['model_id']}"))
+                                      high=mid * math.exp(Z90 * self.sigma), source=how))
         return out
+
+    def _knob_effects(self, template: dict[str, Any], same: list[dict[str, Any]], cores: int):
+        """A correction of the model by this workload's own measurements on this target.
+
+        The model's knob effects are learned across workloads (bf16 helps a CNN here and
+        slows a small transformer down).  Where this workload was measured at stock and with
+        a knob alone, the knob's measured effect replaces the model's: in log space,
+        correction(c) = r(stock) + sum over c's knobs of (r(stock + knob) - r(stock)),
+        r = log(measured) - model, over the knobs measured alone (others keep the model's).
+        Without a stock measurement: the mean residual (the level only)."""
+        def row_of(m: dict[str, Any]) -> dict[str, Any]:
+            return {**template, **{k: m[k] for k in CONFIG_KEYS}}
+
+        def key(r: dict[str, Any]) -> tuple:
+            return tuple(str(r[k]) for k in CONFIG_KEYS)
+
+        residual = {}
+        for m in same:
+            if str(m["framework"]) == str(template["framework"]) and \
+                    str(m["batch_size"]) == str(template["batch_size"]):
+                residual[key(m)] = math.log(m["median"]) - self.formula(row_of(m))
+        if not residual:
+            return None
+        stock = {"compiler": "off", "threads": cores, "allocator": "glibc", "precision": "fp32",
+                 "channels_last": 0, "onednn": 1}
+        base = residual.get(key(stock))
+
+        def correct(row: dict[str, Any]) -> tuple[float, list[str]]:
+            if base is None:
+                return sum(residual.values()) / len(residual), ["level"]
+            shift, used = base, ["stock"]
+            for k in CONFIG_KEYS:
+                if str(row[k]) != str(stock[k]):
+                    alone = residual.get(key({**stock, k: row[k]}))
+                    if alone is not None:
+                        shift += alone - base
+                        used.append(f"{k}={row[k]}")
+            return shift, used
+        return correct

@@ -13,10 +13,12 @@ PyTorch, a Keras ``model.fit`` classifier), in one run on this machine:
    runs) against ``python3 -m modak_runtime -- SCRIPT`` with the chosen knobs, the wall time
    of a fixed number of steps *including* start-up and compilation, and the last loss
    (a speed-up that changes the result is not one);
-4. **overhead**: the runtime with every knob at default against the plain script, per step:
-   (wall of a long run - wall of a short run) / (difference in steps), so start-up cancels.
+4. **overhead**: what the runtime costs per step with every knob at default, measured where
+   it cannot hide in the noise: a one-parameter model whose step takes tens of microseconds,
+   timing its own loop, plain and through the runtime (interleaved); that cost is then set
+   against each script's measured step time.
 
-It prints a table; the run takes about 10-15 minutes on 2 cores.
+It prints two tables; the run takes about 10 minutes on 2 cores.
 """
 from __future__ import annotations
 
@@ -52,8 +54,35 @@ SCRIPTS = {
     "keras-fit (keras)": (ROOT / "tests/user_scripts/keras_fit.py", "keras",
                           lambda n: ["--epochs", str(max(1, n // 8)), "--samples", "512"], 8),
 }
-LENGTHS = {"mnist-cnn (torch)": (20, 120), "tiny-lm (torch)": (100, 600),
-           "keras-fit (keras)": (16, 160)}
+LENGTHS = {"mnist-cnn (torch)": 120, "tiny-lm (torch)": 600, "keras-fit (keras)": 160}
+PROBES = {  # framework -> a script timing its own loop of tiny steps (hook cost dominates)
+    "pytorch": """
+import time, torch
+w = torch.nn.Linear(1, 1)
+opt = torch.optim.SGD(w.parameters(), lr=0.01)
+x = torch.ones(1, 1)
+def step():
+    opt.zero_grad()
+    w(x).pow(2).sum().backward()
+    opt.step()
+for _ in range(300):
+    step()
+t = time.perf_counter()
+for _ in range(3000):
+    step()
+print("US_PER_STEP", (time.perf_counter() - t) / 3000 * 1e6)
+""",
+    "keras": """
+import time, numpy as np, keras
+m = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+m.compile(optimizer="sgd", loss="mse")
+x = np.ones((3000, 1), "float32")
+m.fit(x[:300], x[:300], batch_size=1, epochs=1, verbose=0)
+t = time.perf_counter()
+m.fit(x, x, batch_size=1, epochs=1, verbose=0)
+print("US_PER_STEP", (time.perf_counter() - t) / 3000 * 1e6)
+""",
+}
 TRIAL_STEPS = {"mnist-cnn (torch)": 40, "tiny-lm (torch)": 150, "keras-fit (keras)": 40}
 
 
@@ -125,10 +154,11 @@ def main() -> int:
     a = p.parse_args()
     if a.quick:
         for name in LENGTHS:
-            LENGTHS[name] = (8, 16) if "keras" in name else (4, 8)
+            LENGTHS[name] = 16 if "keras" in name else 8
             TRIAL_STEPS[name] = 8 if "keras" in name else 6
     names = a.only or list(SCRIPTS)
     rows, overhead_rows = [], []
+    stock_step: dict[str, tuple[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = ResultsStore(Path(tmp) / "store.sqlite")
         for name in names:
@@ -139,10 +169,13 @@ def main() -> int:
                     "MODAK_WORKLOAD": workload.label(req.application)}
             # 1. short trials through the runtime, into the store
             t0 = time.perf_counter()
+            stock_s = None
             for label, env in trials(framework):
                 threads = {"MODAK_THREADS": str(req.target.cores_per_node)}
                 _, rec, _ = run(script, argf(TRIAL_STEPS[name]), {**base, **threads, **env},
                                 True)
+                if label == "stock":
+                    stock_s = rec["metrics"]["s_per_step"]
                 store.append([row_from_fom(rec, source="autotune", run_id=f"bench/{label}",
                                            microarchitecture=req.target.microarchitecture,
                                            cores=req.target.cores_per_node)])
@@ -155,46 +188,50 @@ def main() -> int:
             chosen = {k: v for k, v in plan.environment.items() if k.startswith(
                 ("MODAK_", "LD_PRELOAD", "TF_", "OMP_", "MKL_"))}
             label = plan.chosen.label().split(" ", 1)[1]
-            # 3. stock vs chosen, interleaved; 4. overhead by difference of lengths
-            short, long_ = LENGTHS[name]
-            samples: dict[str, list] = {k: [] for k in ("stock", "chosen", "plain-short",
-                                                        "plain-long", "rt-short", "rt-long")}
+            # 3. stock vs chosen, interleaved
+            n = LENGTHS[name]
+            walls: dict[str, list] = {"stock": [], "chosen": []}
             losses: dict[str, list] = {"stock": [], "chosen": []}
             for _ in range(a.repeats):
-                w, rec, out = run(script, argf(long_), {}, False)
-                samples["stock"].append(w)
-                losses["stock"].append(last_loss(out, {}))
-                w, rec, out = run(script, argf(long_), chosen, True)
-                samples["chosen"].append(w)
-                losses["chosen"].append(last_loss(out, rec))
-                samples["plain-short"].append(run(script, argf(short), {}, False)[0])
-                samples["rt-short"].append(run(script, argf(short), {}, True)[0])
-                samples["plain-long"].append(samples["stock"][-1])
-                samples["rt-long"].append(run(script, argf(long_), {}, True)[0])
-            med = {k: statistics.median(v) for k, v in samples.items()}
-            steps = long_ - short
-            if unit != 1:  # keras: whole epochs of `unit` steps
-                steps = (max(1, long_ // unit) - max(1, short // unit)) * unit
-            plain_step = (med["plain-long"] - med["plain-short"]) / steps
-            rt_step = (med["rt-long"] - med["rt-short"]) / steps
+                for which, env, runtime in (("stock", {}, False), ("chosen", chosen, True)):
+                    w, rec, out = run(script, argf(n), env, runtime)
+                    walls[which].append(w)
+                    losses[which].append(last_loss(out, rec))
+            med = {k: statistics.median(v) for k, v in walls.items()}
             rows.append([name, label, f"{med['stock']:.1f}", f"{med['chosen']:.1f}",
                          f"{med['stock'] / med['chosen']:.2f}x",
-                         f"{min(samples['stock']):.1f}-{max(samples['stock']):.1f}",
-                         f"{min(samples['chosen']):.1f}-{max(samples['chosen']):.1f}",
+                         f"{min(walls['stock']):.1f}-{max(walls['stock']):.1f}",
+                         f"{min(walls['chosen']):.1f}-{max(walls['chosen']):.1f}",
                          _loss(losses["stock"]), _loss(losses["chosen"]), f"{trial_s:.0f}"])
-            overhead_rows.append([name, f"{plain_step * 1e3:.2f}", f"{rt_step * 1e3:.2f}",
-                                  f"{(rt_step / plain_step - 1) * 100:+.1f}%",
-                                  f"{med['rt-short'] - med['plain-short']:+.2f}"])
+            stock_step[name] = (framework, stock_s)
             print(f"done: {name}", file=sys.stderr, flush=True)
+        # 4. the runtime's own cost per step, against each script's step time
+        cost = {}
+        for framework in sorted({fw for fw, _ in stock_step.values()}):
+            probe = Path(tmp) / f"probe_{framework}.py"
+            probe.write_text(PROBES[framework])
+            us: dict[bool, list] = {False: [], True: []}
+            for _ in range(max(5, a.repeats)):
+                for runtime in (False, True):
+                    out = run(probe, [], {}, runtime)[2]
+                    us[runtime].append(float(out.split("US_PER_STEP")[1].split()[0]))
+            cost[framework] = (statistics.median(us[False]), statistics.median(us[True]))
+        for name, (framework, step_s) in stock_step.items():
+            plain_us, rt_us = cost[framework]
+            extra = max(0.0, rt_us - plain_us)
+            overhead_rows.append([name, f"{step_s * 1e3:.1f}", f"{plain_us:.0f}", f"{rt_us:.0f}",
+                                  f"{extra:.0f}", f"{extra / (step_s * 1e6) * 100:.2f}%"])
     print(f"stock vs MODAK's choice: wall seconds of a fixed number of steps (median of "
           f"{a.repeats} interleaved repeats, start-up and compilation included)")
     print("\n".join(table_lines(rows, ["script", "MODAK's choice", "stock s", "chosen s",
                                        "speed-up", "stock min-max", "chosen min-max",
                                        "stock loss", "chosen loss", "trials s"])))
-    print("\nthe runtime's own cost, all knobs at default (per step: difference of two run "
-          "lengths; start-up: the short runs' difference)")
-    print("\n".join(table_lines(overhead_rows, ["script", "plain ms/step", "runtime ms/step",
-                                                "overhead", "start-up s"])))
+    print("\nthe runtime's own cost per step, all knobs at default (a one-parameter model's "
+          "step, timed by itself, plain and through the runtime; medians of 5 interleaved runs),"
+          " against each script's stock step time")
+    print("\n".join(table_lines(overhead_rows, ["script", "step ms", "probe plain us",
+                                                "probe runtime us", "runtime us/step",
+                                                "overhead"])))
     return 0
 
 

@@ -142,21 +142,25 @@ def test_a_cancelled_job_ends_cancelled(deploy):
     assert next((deploy.tmp / "results").glob("*/mnist-cancel.out")).exists()
 
 
-def test_local_scheduler_over_a_local_connection(tmp_path):
-    """No root, no Slurm, no container: the localhost inventory still runs the example."""
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    variables = {"modak_request": str(QUICK), "modak_inputs": {"steps": "5"},
-                 "modak_job_files": [str(ROOT / "workloads")],
-                 "modak_work_dir": str(tmp_path / "runs"),
+def _local_deploy(tmp_path, request, **extra):
+    variables = {"modak_request": str(request), "modak_work_dir": str(tmp_path / "runs"),
                  "modak_plan_dir": str(tmp_path / "plans"),
-                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1}
+                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1, **extra}
     (tmp_path / "vars.json").write_text(json.dumps(variables))
     env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
                MODAK_MODEL=str(tmp_path / "model.joblib"))
     proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
                            "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return proc, env
+
+
+def test_local_scheduler_over_a_local_connection(tmp_path):
+    """No root, no Slurm, no container: the localhost inventory still runs the example."""
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    proc, _ = _local_deploy(tmp_path, QUICK, modak_inputs={"steps": "5"},
+                            modak_job_files=[str(ROOT / "workloads")])
     _ok(proc)
     assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
     assert ResultsStore(tmp_path / "store.sqlite").count() == 1
@@ -230,19 +234,6 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
     assert first["configuration"] == plan["chosen"]
     assert first["prediction"]["source"] == "measured median of 1 run(s)"
     assert abs(first["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
-
-
-def _local_deploy(tmp_path, request, **extra):
-    variables = {"modak_request": str(request), "modak_work_dir": str(tmp_path / "runs"),
-                 "modak_plan_dir": str(tmp_path / "plans"),
-                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1, **extra}
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
-               MODAK_MODEL=str(tmp_path / "model.joblib"))
-    proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
-                           "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    return proc, env
 
 
 def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path):

@@ -28,10 +28,7 @@ from typing import Any, Sequence
 from . import __version__
 from .paths import data_file
 from .errors import ModakError
-from .models import Configuration, JobRequest
-
-from .predict import (BF16_FLAGS, CATEGORICAL, CONFIG_KEYS, NUMERIC,  # noqa: F401
-                      FastPredictor, candidate_rows)
+from .predict import BF16_FLAGS, CATEGORICAL, CONFIG_KEYS, NUMERIC, FastPredictor
 
 PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
 TARGET_KEYS = ["fingerprint", "workload", "framework", "microarchitecture", "cores", "batch_size",
@@ -382,11 +379,6 @@ def fit_from_store(store_path=None, out: Path | None = None) -> FittedModel:
 
 
 # ---------------------------------------------------------------------------
-def request_rows(request: JobRequest, configs: Sequence[Configuration], catalogue=None):
-    import pandas as pd
-    return pd.DataFrame(candidate_rows(request, configs, catalogue))
-
-
 class ModelPredictor(FastPredictor):
     """The planner's predictor over a fitted scikit-learn model (any estimator) and the
     measurements given (by default those it was fitted on)."""

@@ -1,7 +1,13 @@
 """``modak``: the command line.
 
-    modak plan REQUEST [--infra FILE] [--inputs FILE] [--out DIR]
-    modak schema
+    modak init [DIR]                  a blueprint, its script and an inventory to start from
+    modak plan REQUEST [--infra FILE] [--inputs FILE] [--out DIR] [--json]
+    modak model fit|eval|predict|plot [--json]
+    modak tosca-types [--json]        the installed TOSCA types' path
+    modak schema [--only NAME]
+
+``-q`` prints only the result (and errors), ``-v`` adds what MODAK did to get it (the
+model it loaded or fitted, timings); ``--json`` prints the data instead of the table.
 
 User mistakes print one message per problem, naming the file and the field,
 and exit with status 2 (never a traceback).
@@ -10,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -25,7 +33,18 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="modak", description="Plan, render and deploy optimised "
                                 "AI training jobs on HPC targets.")
     p.add_argument("--version", action="version", version=f"modak {__version__}")
+    loud = p.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="count", default=0,
+                      help="say more: the model used, timings, every candidate")
+    loud.add_argument("-q", "--quiet", action="store_true",
+                      help="print only the result and errors")
     sub = p.add_subparsers(dest="command", required=True)
+
+    init = sub.add_parser("init", help="write a starting blueprint, its training script, "
+                          "the TOSCA types, an infrastructure file and an inventory")
+    init.add_argument("dir", nargs="?", default=".", help="where to write (default: here)")
+    init.add_argument("--force", action="store_true", help="replace files that exist")
+    init.add_argument("--json", action="store_true", help="print the written paths as JSON")
 
     plan = sub.add_parser("plan", help="choose a configuration; write recipes, job script, "
                           "plan.json")
@@ -61,9 +80,12 @@ def _parser() -> argparse.ArgumentParser:
             m.add_argument("--out", default="model.png")
         if name in ("eval", "plot"):
             m.add_argument("--estimator", help="default: the saved model's (else linear)")
+        if name != "plot":
+            m.add_argument("--json", action="store_true", help="print the data as JSON")
 
-    sub.add_parser("tosca-types", help="print the path of MODAK's TOSCA types (copy them "
-                   "beside a blueprint and import them by name)")
+    types = sub.add_parser("tosca-types", help="print the path of MODAK's TOSCA types (copy "
+                           "them beside a blueprint and import them by name)")
+    types.add_argument("--json", action="store_true", help="path and version as JSON")
     schema = sub.add_parser("schema", help="print the JSON Schema of every MODAK input")
     schema.add_argument("--only", choices=["dsl", "infra", "tosca", "plan"],
                         help="one schema instead of all")
@@ -82,12 +104,19 @@ def _inputs(path: Optional[str]) -> dict:
     return data
 
 
+def _say(args: argparse.Namespace, text: str, level: int = 1) -> None:
+    """Progress for people on stderr: level 1 with -v, never with -q."""
+    if not args.quiet and args.verbose >= level:
+        print(f"modak: {text}", file=sys.stderr)
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     from .pipeline import make_plan
     from .readers import read_request
 
     from .readers.appfiles import application_files
 
+    started = time.perf_counter()
     request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs),
                            node=args.node)
     try:
@@ -96,34 +125,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if request.application.files:
             raise
         app_files = ()
-        print(f"modak: warning: {exc}", file=sys.stderr)
-    result = make_plan(request, predictor=_predictor(args.model), run_id=args.run_id,
+        if not args.quiet:
+            print(f"modak: warning: {exc}", file=sys.stderr)
+    predictor = _predictor(args.model, args)
+    result = make_plan(request, predictor=predictor, run_id=args.run_id,
                        ca_certs=args.ca_certs, app_files=app_files)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+        from .files import write_atomic
         for name, text in result.files.items():
-            path = out / name
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)  # atomic: a killed run leaves the old file or the new one
-        (out / result.plan.job_script).chmod(0o755)
+            write_atomic(args.out, name, text,
+                         0o755 if name == result.plan.job_script else 0o644)
+    _say(args, f"planned in {time.perf_counter() - started:.2f} s")
     if args.json:
         sys.stdout.write(result.files["plan.json"])
+    elif args.quiet:
+        print(f"{result.plan.chosen.label()} (decided by {result.plan.decided_by})")
     else:
         from .report import plan_table
-        sys.stdout.write(plan_table(result.plan, show=args.show,
-                                    out=args.out))
+        show = len(result.plan.candidates) if args.verbose else args.show
+        sys.stdout.write(plan_table(result.plan, show=show, out=args.out))
     return 0
 
 
-def _predictor(choice: str):
+def _predictor(choice: str, args: Optional[argparse.Namespace] = None):
     """The performance model the planner asks, or None for the prior.
 
     A linear model is evaluated from its exported formula (fast: no scikit-learn or pandas);
     other estimators load scikit-learn. ``auto`` fits a model on first use.
     """
+    say = (lambda text: _say(args, text)) if args is not None else (lambda text: None)
     if choice == "none":
+        say("no model: the rule-based prior decides")
         return None
     from .model import default_path
     from .predict import FastPredictor, PredictError
@@ -134,11 +166,15 @@ def _predictor(choice: str):
         try:
             import sklearn  # noqa: F401
         except ImportError:
-            return None  # no model and no way to fit one: the prior decides
+            say("no model and no scikit-learn to fit one: the prior decides")
+            return None
         from .model import fit_if_possible
+        say(f"no model at {path} yet: fitting one on the measured dataset (once)")
         if not fit_if_possible(path):
+            say("nothing to fit on: the prior decides")
             return None
     try:
+        say(f"model {path}")
         return FastPredictor.load(path)
     except PredictError as exc:
         if "refit" in str(exc):
@@ -146,6 +182,7 @@ def _predictor(choice: str):
                 raise ModakError(str(exc)) from None
             # the saved model is from another MODAK (features may differ): refit it once
             from .model import fit_if_possible
+            say(f"{exc}: refitting it now")
             if not fit_if_possible(path):
                 return None
             return FastPredictor.load(path)
@@ -165,6 +202,12 @@ def cmd_model(args: argparse.Namespace) -> int:
         fitted = m.fit(load_frame(store))
         fitted.save(path)
         meta = fitted.meta
+        if args.json:
+            return _print_json({"path": str(path), **{k: meta.get(k) for k in (
+                "model_id", "estimator", "rows", "configurations", "held_out_mape")}})
+        if args.quiet:
+            print(path)
+            return 0
         print(f"fitted {meta['model_id']} on {meta['rows']} measurements of "
               f"{meta['configurations']} configurations; saved {path}")
         rows = [[k, f"{v:.1%}", "kept" if k == meta["estimator"] else ""]
@@ -178,6 +221,8 @@ def cmd_model(args: argparse.Namespace) -> int:
         if args.model_command == "plot":
             print(f"wrote {m.plot(result, Path(args.out))}")
             return 0
+        if args.json:
+            return _print_json({"estimator": args.estimator, **result})
         print(f"estimator {args.estimator}: held-out MAPE per workload "
               "(LOCO: configuration left out; LOWO: whole workload left out)")
         rows = [[r["workload"], str(r["configurations"]), f"{r['mape_loco']:.1%}",
@@ -199,6 +244,11 @@ def cmd_model(args: argparse.Namespace) -> int:
     request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs))
     predictor = m.ModelPredictor(m.load(path), m.training_frame(load_frame(store)))
     plan = make_plan(request, predictor=predictor).plan
+    if args.json:
+        return _print_json({"candidates": [
+            {"rank": c.rank, "configuration": c.configuration.model_dump(mode="json"),
+             "prediction": c.prediction.model_dump(mode="json") if c.prediction else None}
+            for c in plan.candidates], "notes": list(plan.notes)})
     rows = [[str(c.rank), c.configuration.label(),
              f"{c.prediction.seconds:.4g}" if c.prediction else "-",
              f"[{c.prediction.low:.3g}, {c.prediction.high:.3g}]" if c.prediction else "",
@@ -208,6 +258,19 @@ def cmd_model(args: argparse.Namespace) -> int:
     for note in plan.notes:
         print(f"note: {note}")
     return 0
+
+
+def _print_json(data) -> int:
+    json.dump(data, sys.stdout, indent=2, default=_plain)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _plain(value):
+    """numpy scalars and other non-JSON values of the model's results."""
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -221,7 +284,41 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_tosca_types(args: argparse.Namespace) -> int:
     """The installed TOSCA types: a blueprint anywhere imports them after
     ``cp "$(modak tosca-types)" .`` as ``imports: [modak-types.yaml]``."""
-    print(Path(__file__).parent / "data" / "tosca" / "modak-types.yaml")
+    path = Path(__file__).parent / "data" / "tosca" / "modak-types.yaml"
+    if args.json:
+        return _print_json({"path": str(path), "version": __version__})
+    print(path)
+    return 0
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """A starting point in the user's own directory: the example blueprint (importing the
+    TOSCA types copied beside it), its training script, an infrastructure file for this
+    machine and an Ansible inventory for ``ansible-playbook modak.modak.deploy``."""
+    from .files import write_atomic
+    data = Path(__file__).parent / "data"
+    blueprint = (data / "examples" / "blueprint.yaml").read_text(encoding="utf-8")
+    # the checkout's example imports the types from the repository; here they lie beside it
+    blueprint = blueprint.replace("../../tosca/modak-types.yaml", "modak-types.yaml")
+    files = {
+        "blueprint.yaml": blueprint,
+        "train.py": (data / "examples" / "train.py").read_text(encoding="utf-8"),
+        "modak-types.yaml": (data / "tosca" / "modak-types.yaml").read_text(encoding="utf-8"),
+        "infra-local.yaml": (data / "examples" / "infra-local.yaml").read_text(encoding="utf-8"),
+        "inventory.yml": (data / "examples" / "inventory.yml").read_text(encoding="utf-8"),
+    }
+    out = Path(args.dir)
+    present = [name for name in files if os.path.lexists(out / name)]
+    if present and not args.force:
+        raise ModakError(f"{out}: {', '.join(present)} exist(s); nothing was written "
+                         "(--force replaces them)")
+    written = [str(write_atomic(out, name, text)) for name, text in files.items()]
+    if args.json:
+        return _print_json({"written": written})
+    if not args.quiet:
+        print(f"wrote {', '.join(files)} into {out}/; next:")
+        print(f"  modak plan {out / 'blueprint.yaml'} --infra {out / 'infra-local.yaml'}")
+        print(f"  ansible-playbook modak.modak.deploy -i {out / 'inventory.yml'}")
     return 0
 
 
@@ -229,7 +326,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"plan": cmd_plan, "schema": cmd_schema, "model": cmd_model,
-                "tosca-types": cmd_tosca_types}[args.command](args)
+                "tosca-types": cmd_tosca_types, "init": cmd_init}[args.command](args)
     except InputError as exc:
         for line in exc.format().splitlines():
             print(f"modak: error: {line}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """Human-readable views of a plan."""
 from __future__ import annotations
 
+import textwrap
 from typing import Optional
 
 from .models import Plan
@@ -14,36 +15,65 @@ def table_lines(rows: list[list[str]], header: list[str]) -> list[str]:
     return [ln.rstrip() for ln in lines]
 
 
-def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None) -> str:
+WIDTH = 100  # the plan table fits a 100-column terminal
+
+
+def _wrap(text: str, indent: str, width: int = WIDTH) -> list[str]:
+    """``text`` wrapped to ``width``; continuation lines indented by ``indent``."""
+    return textwrap.wrap(text, width=width, subsequent_indent=indent,
+                         break_on_hyphens=False) or [text]
+
+
+def _clip(text: str, most: int = 24) -> str:
+    """A table cell cut to ``most`` characters (the whole value is on the chosen line and
+    in plan.json)."""
+    return text if len(text) <= most else text[:most - 1] + "…"
+
+
+def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
+               width: int = WIDTH) -> str:
+    """The plan for people: the target and image, then the candidates, each followed by
+    its reason on an indented line, every line at most ``width`` columns."""
     c = plan.chosen
     img = plan.image
-    lines = [
-        f"MODAK plan for {plan.request} (decided by {plan.decided_by})",
-        f"  target     {plan.target.name}: {plan.scheduler.value}, runtime {plan.runtime.value}, "
-        f"launcher {plan.launcher.value}, {plan.target.microarchitecture}"
-        + (f", {plan.target.accelerators.count}x {plan.target.accelerators.model or plan.target.accelerators.vendor}"
-           if plan.target.accelerators else ""),
-        f"  image      {img.reference or img.name + ':' + img.tag} ({img.flavour}, base {img.base})",
-        "  score      " + ", ".join(f"{why} +{pts:g}" for why, pts in img.score_breakdown),
-        f"  chosen     compiler={c.compiler or 'off'} threads={c.threads} "
-        f"allocator={c.allocator.value} precision={c.precision.value}",
-        "",
+    head = [
+        ("", f"MODAK plan for {plan.request} (decided by {plan.decided_by})"),
+        ("  target     ", f"{plan.target.name}: {plan.scheduler.value}, runtime "
+         f"{plan.runtime.value}, launcher {plan.launcher.value}, {plan.target.microarchitecture}"
+         + (f", {plan.target.accelerators.count}x "
+            f"{plan.target.accelerators.model or plan.target.accelerators.vendor}"
+            if plan.target.accelerators else "")),
+        ("  image      ", f"{img.reference or img.name + ':' + img.tag} ({img.flavour}, "
+         f"base {img.base})"),
+        ("  score      ", ", ".join(f"{why} +{pts:g}" for why, pts in img.score_breakdown)),
+        ("  chosen     ", f"compiler={c.compiler or 'off'} threads={c.threads} "
+         f"allocator={c.allocator.value} precision={c.precision.value}"),
     ]
-    rows = []
+    lines: list[str] = []
+    for label, text in head:
+        lines += _wrap(label + text, " " * len(label), width)
+    lines.append("")
+    rows, reasons = [], []
     for cand in plan.candidates[:show]:
         cfg = cand.configuration
         pred = cand.prediction
-        rows.append([str(cand.rank), cfg.image, cfg.compiler or "off", str(cfg.threads),
+        rows.append([str(cand.rank), _clip(cfg.image), _clip(cfg.compiler or "off"), str(cfg.threads),
                      cfg.allocator.value, cfg.precision.value,
-                     f"{pred.seconds:.3g} [{pred.low:.3g}, {pred.high:.3g}]" if pred else "-",
-                     cand.reason])
-    lines += table_lines(rows, ["#", "image", "compiler", "thr", "alloc", "prec", "predicted s",
-                           "why"])
+                     f"{pred.seconds:.3g}" if pred else "-",
+                     f"[{pred.low:.3g}, {pred.high:.3g}]" if pred else ""])
+        reasons.append(cand.reason)
+    table = table_lines(rows, ["#", "image", "compiler", "thr", "alloc", "prec", "s/step",
+                               "90% interval"])
+    lines += table[:2]
+    indent = " " * (len(str(len(rows))) + 2)
+    for row_line, reason in zip(table[2:], reasons):
+        lines.append(row_line)
+        lines += _wrap(indent + reason, indent, width)
     if len(plan.candidates) > show:
         lines.append(f"... {len(plan.candidates) - show} more candidates in plan.json")
     for note in plan.notes:
-        lines.append(f"note: {note}")
+        lines += _wrap(f"note: {note}", "      ", width)
     if out:
-        lines.append(f"wrote {out}/: plan.json, {plan.job_script}, "
-                     + ", ".join(sorted(img.recipes.values())))
+        lines += _wrap(f"wrote {out}/: plan.json, {plan.job_script}, "
+                       + ", ".join(sorted(img.recipes.values())), "  ", width)
     return "\n".join(lines) + "\n"

@@ -13,6 +13,7 @@ import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import check_library
 
 ARGS = dict(
     request=dict(type="path"),
@@ -21,7 +22,8 @@ ARGS = dict(
     inputs=dict(type="raw"),
     node=dict(type="str"),
     target=dict(type="dict", default={}),
-    out_dir=dict(type="path", required=True),
+    out_dir=dict(type="path"),
+    results_dir=dict(type="path"),
     run_id=dict(type="str"),
     new_run=dict(type="bool", default=False),
     ca_certs=dict(type="bool", default=False),
@@ -50,10 +52,12 @@ class ActionModule(ActionBase):
         dummy, args = self.validate_argument_spec(
             argument_spec=ARGS, mutually_exclusive=[("request", "nodes")],
             required_one_of=[("request", "nodes")])
+        check_library("modak_plan")
         try:
             from modak_lib.cli import _predictor
             from modak_lib.errors import ModakError
             from modak_lib.models import Configuration
+            from modak_lib.paths import user_dir
             from modak_lib.pipeline import make_plan, with_target
             from modak_lib.readers import read_infra, read_request
             from modak_lib.readers.appfiles import (application_files, files_digest,
@@ -63,6 +67,14 @@ class ActionModule(ActionBase):
         except ImportError as exc:
             raise AnsibleActionFail("modak_plan needs the modak library on the controller "
                                     "(pip install modak): %s" % exc)
+
+        # plans, fetched results and the wheelhouse live in the user's MODAK directory
+        # unless the play says otherwise (never inside the installed collection)
+        if not args["out_dir"]:
+            args["out_dir"] = str(user_dir("plans"))
+        dirs = dict(plans=args["out_dir"],
+                    results=args["results_dir"] or str(user_dir("results")),
+                    wheelhouse=str(user_dir("wheelhouse")))
 
         # the user's files (an edited script is another run), read before anything else
         try:
@@ -93,7 +105,7 @@ class ActionModule(ActionBase):
             if os.path.exists(os.path.join(pinned["plan_dir"], "plan.json")):
                 with open(os.path.join(pinned["plan_dir"], "plan.json")) as f:
                     pinned["plan"] = json.load(f)
-                pinned.update(changed=False, app_files=shipped,
+                pinned.update(changed=False, app_files=shipped, dirs=dirs,
                               msg="reusing the plan of run %s (ask for a new run to plan "
                               "again)" % pinned["run_id"])
                 result.update(pinned)
@@ -156,7 +168,7 @@ class ActionModule(ActionBase):
                 json.dump(summary, f)
             os.rename(pin + ".tmp", pin)
         result.update(summary, changed=changed, plan=json.loads(plan.files["plan.json"]),
-                      app_files=shipped)
+                      app_files=shipped, dirs=dirs)
         return result
 
     @staticmethod

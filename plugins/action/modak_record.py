@@ -8,6 +8,7 @@ __metaclass__ = type
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
+from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import check_library
 
 ARGS = dict(
     output=dict(type="path", required=True),
@@ -26,6 +27,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
+        check_library("modak_record")
         try:
             from modak_lib.results import ResultsStore, StoreError, parse_fom_lines, row_from_fom
         except ImportError as exc:

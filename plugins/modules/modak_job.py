@@ -42,12 +42,18 @@ options:
   state:
     description:
       - V(submitted) submits unless this run was submitted already.
-      - V(finished) does the same, then waits until the job ends (at most O(timeout)
-        seconds) and fails unless it ended C(COMPLETED).
+      - V(ended) does the same, then waits until the job ends (at most O(timeout) seconds),
+        printing the job's state and the time since submission at every poll (every O(poll)
+        seconds), and reports the final state without failing.
+      - V(finished) is V(ended), then fails unless the job ended C(COMPLETED).
       - V(status) only reports.
+      - The waiting is done by the controller (an action plugin), one short status query
+        per poll; a dropped SSH connection during a poll is retried (O(retries)) and, when
+        the front-end stays unreachable, the failure says that the job keeps running and
+        that the same task run again reattaches to it (a run is never submitted twice).
       - V(cancelled) cancels the run's job if it is still active.
     type: str
-    choices: [submitted, finished, status, cancelled]
+    choices: [submitted, ended, finished, status, cancelled]
     default: submitted
   stdout:
     description: The job's standard output file, relative to O(workdir).
@@ -60,11 +66,17 @@ options:
     description: Seconds after which a V(local) job is stopped and reported C(TIMEOUT).
     type: int
   timeout:
-    description: Seconds O(state=finished) waits before failing with the job still active.
+    description:
+      - Seconds O(state=ended) and O(state=finished) wait; then the job is reported as it
+        is (still active), and V(finished) fails.
     type: int
     default: 3600
   poll:
     description: Seconds between two status queries while waiting.
+    type: int
+    default: 5
+  retries:
+    description: Consecutive failed connections to the front-end tolerated while waiting.
     type: int
     default: 5
 author:
@@ -139,6 +151,18 @@ elapsed_s:
   description: Seconds the workload ran, from the job script's final line.
   returned: when the job script finished
   type: float
+submitted_at:
+  description: When the run was submitted (seconds since the epoch, the front-end's clock).
+  returned: when the run was submitted
+  type: float
+now:
+  description: The front-end's clock at this status query.
+  returned: always
+  type: float
+waited_s:
+  description: Seconds the controller waited (O(state=ended) and O(state=finished)).
+  returned: when waiting
+  type: float
 """
 
 import hashlib
@@ -185,12 +209,13 @@ def main():
             scheduler=dict(type="str", required=True, choices=["slurm", "pbs", "local"]),
             run_id=dict(type="str", required=True),
             state=dict(type="str", default="submitted",
-                       choices=["submitted", "finished", "status", "cancelled"]),
+                       choices=["submitted", "ended", "finished", "status", "cancelled"]),
             stdout=dict(type="str", required=True),
             stderr=dict(type="str"),
             walltime=dict(type="int"),
             timeout=dict(type="int", default=3600),
             poll=dict(type="int", default=5),
+            retries=dict(type="int", default=5),
         ),
         supports_check_mode=True,
     )
@@ -214,7 +239,7 @@ def main():
                          % (workdir, record.get("run_id"), p["run_id"]), **result)
 
     try:
-        if record is None and p["state"] in ("submitted", "finished"):
+        if record is None and p["state"] in ("submitted", "ended", "finished"):
             result["changed"] = True
             if module.check_mode:
                 module.exit_json(msg="would submit run %s" % p["run_id"], **result)
@@ -231,6 +256,7 @@ def main():
             module.exit_json(msg="run %s was not submitted" % p["run_id"], **result)
         job_id = record["job_id"]
         result["job_id"] = job_id
+        result["submitted_at"] = record.get("submitted_at")
         status = sched.status(workdir, job_id, result["stdout_path"])
 
         if p["state"] == "cancelled" and not status.terminal:
@@ -242,23 +268,15 @@ def main():
                     if status.terminal:
                         break
                     time.sleep(1)
-
-        if p["state"] == "finished":
-            deadline = time.time() + p["timeout"]
-            while not status.terminal and time.time() < deadline:
-                time.sleep(max(1, p["poll"]))
-                status = sched.status(workdir, job_id, result["stdout_path"])
     except JobError as exc:
         module.fail_json(msg=str(exc), **result)
 
-    result.update(status.as_dict())
+    result.update(status.as_dict(), now=time.time())
     line = job_line(result["stdout_path"])
     if line is not None:
         result["elapsed_s"] = line.get("elapsed_s")
-    if p["state"] == "finished":
-        if not status.terminal:
-            module.fail_json(msg="job %s is still %s after %d s"
-                             % (job_id, status.state, p["timeout"]), **result)
+    # (the action plugin waits for ended/finished: here they report once, as status does)
+    if p["state"] == "finished" and status.terminal:
         if status.state != "COMPLETED":
             module.fail_json(msg="job %s ended %s (exit code %s)%s" % (
                 job_id, status.state, status.exit_code,

@@ -15,7 +15,8 @@ description:
   - Runs on the controller (an action plugin). Reads a TOSCA blueprint or a MODAK DSL
     document, asks MODAK's planner for the configuration, and writes C(plan.json), the job
     script and the container recipes into O(out_dir)/RUN_ID.
-  - Needs the C(modak) Python package on the controller.
+  - Needs the C(modak) Python package of the collection's own version on the controller
+    (C(pip install modak==VERSION)); a different version is an error saying so.
   - The same request for the same target is the same run - its plan is reused (the run is
     never submitted twice) until O(new_run) asks for a new one, which plans again with
     everything measured since.
@@ -44,9 +45,16 @@ options:
     type: dict
     default: {}
   out_dir:
-    description: Directory on the controller; the plan goes into a folder named by the run id.
+    description:
+      - Directory on the controller; the plan goes into a folder named by the run id.
+      - Default - C(plans/) in the user's MODAK directory (C($MODAK_HOME), else
+        C($XDG_DATA_HOME/modak), else C(~/.local/share/modak)).
     type: path
-    required: true
+  results_dir:
+    description:
+      - Where the play fetches job outputs to (returned as RV(dirs.results), one folder per run).
+      - Default - C(results/) in the user's MODAK directory.
+    type: path
   run_id:
     description: The run id; default a hash of the request, so that the same request is one run.
     type: str
@@ -108,7 +116,6 @@ EXAMPLES = r"""
     target:
       scheduler: slurm
       container_runtime: podman
-    out_dir: build/plans
   register: modak_plan
 """
 
@@ -154,6 +161,12 @@ decided_by:
   description: What decided (prior, model, autotune).
   returned: success
   type: str
+dirs:
+  description:
+    - The controller directories of this play - C(plans), C(results) (job outputs are
+      fetched to RESULTS/RUN_ID) and C(wheelhouse) (wheels copied into offline image builds).
+  returned: success
+  type: dict
 app_files:
   description:
     - What the run directory receives - the user's files and the runtime (C(modak_runtime/)),

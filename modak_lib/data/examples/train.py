@@ -1,0 +1,1 @@
+../../../examples/mnist-cnn/train.py

@@ -1,0 +1,117 @@
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of modak.modak.modak_job: waits for a job with one line per poll.
+
+States other than ``ended``/``finished`` go to the module as they are. For those two, the
+module submits (once per run), then this plugin asks it for the job's status every ``poll``
+seconds and prints the job's state and the time since submission, so that a user sees what
+the scheduler says instead of Ansible's retry counter. A poll that cannot reach the
+front-end (or whose scheduler query fails) is retried; when the front-end stays away, the
+failure says that the job keeps running and that running the same task again reattaches.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import time
+
+from ansible.errors import AnsibleConnectionFailure
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+MODULE = "modak.modak.modak_job"
+
+
+def clock(seconds):
+    seconds = int(max(0, seconds))
+    return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
+
+
+def progress_line(host, status, waited):
+    """One poll, for people: job, scheduler state (and its reason), time since submission."""
+    since = waited
+    if status.get("submitted_at") and status.get("now"):
+        since = status["now"] - status["submitted_at"]
+    reason = status.get("reason")
+    return "[%s] job %s %s%s, %s since submission" % (
+        host, status.get("job_id", "?"), status.get("state", "UNKNOWN"),
+        " (%s)" % reason if reason and reason not in ("None", "(null)") else "", clock(since))
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def _query(self, args, task_vars):
+        try:
+            return self._execute_module(module_name=MODULE, module_args=args,
+                                        task_vars=task_vars)
+        except AnsibleConnectionFailure as exc:
+            return dict(unreachable=True, msg=str(exc))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = dict(self._task.args)
+        state = args.get("state", "submitted")
+        if state not in ("ended", "finished"):
+            result.update(self._query(args, task_vars))
+            return result
+        timeout = int(args.get("timeout", 3600))
+        poll = max(1, int(args.get("poll", 5)))
+        retries = max(0, int(args.get("retries", 5)))
+        host = (task_vars or {}).get("inventory_hostname", "front-end")
+
+        status = self._query(dict(args, state="submitted"), task_vars)
+        if status.get("failed") or status.get("unreachable") or self._play_context.check_mode:
+            result.update(status)
+            return result
+        submitted = status.get("changed", False)
+        started = time.time()
+        display.display(progress_line(host, status, 0))
+        failures, last = 0, status
+        while not status.get("terminal") and time.time() - started < timeout:
+            time.sleep(min(poll, max(0, timeout - (time.time() - started))) or 1)
+            answer = self._query(dict(args, state="status"), task_vars)
+            if answer.get("unreachable") or answer.get("failed"):
+                failures += 1
+                why = " ".join(str(answer.get("msg", "")).split())[:300]
+                if failures > retries:
+                    result.update(last, failed=True, waited_s=round(time.time() - started, 1),
+                                  msg=self._lost_message(last, failures, why))
+                    return result
+                display.warning("[%s] status query %d/%d failed (%s); job %s keeps its last "
+                                "known state %s, retrying in %d s"
+                                % (host, failures, retries, why, last.get("job_id"),
+                                   last.get("state"), poll))
+                try:  # a dead SSH master would fail every later poll too
+                    self._connection.reset()
+                except Exception:  # pylint: disable=broad-except
+                    pass
+                continue
+            failures, status, last = 0, answer, answer
+            display.display(progress_line(host, status, time.time() - started))
+
+        result.update(status, changed=submitted, waited_s=round(time.time() - started, 1))
+        if not status.get("terminal"):
+            result["msg"] = ("job %s is still %s after waiting %d s; it keeps running: run the "
+                             "same command again to wait for it (the run is not submitted "
+                             "again)" % (status.get("job_id"), status.get("state"), timeout))
+            if state == "finished":
+                result["failed"] = True
+        elif state == "finished" and status.get("state") != "COMPLETED":
+            result.update(failed=True, msg="job %s ended %s (exit code %s)%s" % (
+                status.get("job_id"), status.get("state"),
+                status.get("exit_code") if status.get("exit_code") is not None else "unknown",
+                ": " + status["reason"] if status.get("reason") else ""))
+        else:
+            result["msg"] = "job %s ended %s" % (status.get("job_id"), status.get("state"))
+        return result
+
+    @staticmethod
+    def _lost_message(last, failures, why):
+        return ("lost the front-end during the wait (%d status queries in a row failed: %s). "
+                "Job %s was %s when last seen and is not cancelled: it keeps running there. "
+                "Run the same command again to reattach to it (the run is never submitted "
+                "twice) and fetch its results." % (failures, why, last.get("job_id"),
+                                                   last.get("state")))

@@ -471,25 +471,46 @@ def _label(row) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:
+    """Predicted (configuration held out) against measured seconds per step: one colour per
+    workload and framework, min-max of the repeats as error bars, and the band that holds
+    90% of the held-out errors around the diagonal."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import numpy as np
 
     cfg = result["configurations"]
-    fig, ax = plt.subplots(figsize=(6.4, 5.6))
-    for w, g in cfg.groupby("workload"):
-        ax.errorbar(g["measured"], g["loco"], xerr=[g["measured"] - g["low"],
-                                                    g["high"] - g["measured"]],
-                    fmt="o", label=w, alpha=0.8, capsize=2)
-    lo = min(cfg["measured"].min(), cfg["loco"].min()) * 0.8
-    hi = max(cfg["measured"].max(), cfg["loco"].max()) * 1.25
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="predicted = measured")
-    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
-           xlabel="measured s/step (median, min-max)",
-           ylabel="predicted s/step (configuration held out)",
-           title="MODAK performance model: held-out predictions")
-    ax.legend()
+    groups = list(cfg.groupby(["workload", "framework"], dropna=False))
+    colours = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
+    markers = {"pytorch": "o", "keras": "s", "tensorflow": "s"}
+    fig, ax = plt.subplots(figsize=(9.0, 6.0))
+    lo = min(cfg["measured"].min(), cfg["loco"].min()) * 0.7
+    hi = max(cfg["measured"].max(), cfg["loco"].max()) * 1.4
+    errors = np.abs(np.log(cfg["loco"] / cfg["measured"]))
+    band = float(np.quantile(errors, 0.9)) if len(errors) else 0.0
+    line = np.geomspace(lo, hi, 50)
+    ax.fill_between(line, line * np.exp(-band), line * np.exp(band), color="0.88",
+                    label=f"90% of held-out errors (within x{np.exp(band):.2f})")
+    ax.plot(line, line, "k--", lw=1, label="predicted = measured")
+    for i, ((workload, framework), g) in enumerate(groups):
+        ax.errorbar(g["measured"], g["loco"],
+                    xerr=[g["measured"] - g["low"], g["high"] - g["measured"]],
+                    fmt=markers.get(str(framework), "^"), color=colours(i % colours.N),
+                    label=f"{workload} ({framework}, {len(g)} configs)", alpha=0.85,
+                    capsize=2, markersize=6)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    for axis in (ax.xaxis, ax.yaxis):  # 0.02, 0.05, 0.1, ...: no overlapping 10^x labels
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("measured seconds per step (median; bars: min-max of repeats)", fontsize=11)
+    ax.set_ylabel("predicted seconds per step\n(its configuration held out of the fit)",
+                  fontsize=11)
+    ax.set_title("MODAK performance model: held-out predictions", fontsize=12)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=9, frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

@@ -7,6 +7,7 @@ and stops it again if it started it.
 """
 import json
 import os
+import pathlib
 import re
 import shutil
 import subprocess
@@ -73,6 +74,11 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     _ok(first)
     assert re.search(r"job \d+ COMPLETED \(exit code 0\)", first.stdout)
     assert _task(first.stdout, "Submit the job (once per run)") == "changed"
+    # the wait reports the scheduler's state and the time since submission at every poll
+    polls = re.findall(r"^\[frontend\] job (\d+) ([A-Z_]+).*, (\d+):(\d\d):(\d\d) since "
+                       r"submission$", first.stdout, re.M)
+    assert polls and polls[-1][1] == "COMPLETED" and "RETRYING" not in first.stdout
+    assert len({p[0] for p in polls}) == 1
     rows = deploy.store.rows()
     # 3 warm-up steps of the script and its 20 (the runtime counts every optimizer step)
     assert len(rows) == 1 and rows[0]["source"] == "deploy" and rows[0]["steps"] == 23
@@ -285,3 +291,58 @@ def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it
              f"alloc={compiled['allocator']} prec={compiled['precision']}")
     assert any(n.startswith(f"not offered: {label}: failed when run") for n in again["notes"])
     assert compiled not in [c["configuration"] for c in again["candidates"]]
+
+
+# ---------------------------------------------------------------------------
+# image builds: progress, and one build per image even when the controller is interrupted
+BUILD_PLAY = """
+- hosts: frontend
+  gather_facts: false
+  tasks:
+    - ansible.builtin.file: {path: "%(dir)s", state: directory, mode: "0750"}
+    - ansible.builtin.copy:
+        dest: "%(dir)s/Containerfile"
+        mode: "0640"
+        content: |
+          FROM localhost/debian:bookworm
+          RUN sleep 25
+          RUN echo %(tag)s > /tag && sleep 4
+    - modak.modak.modak_image:
+        runtime: podman
+        image: "localhost/modak-test/build:%(tag)s"
+        recipe: "%(dir)s/Containerfile"
+        context: "%(dir)s"
+        log_dir: "%(dir)s"
+        poll: 2
+"""
+
+
+def test_an_interrupted_build_goes_on_and_the_next_run_attaches_to_it(frontend, tmp_path):
+    tag = "t" + uuid.uuid4().hex[:8]
+    build_dir = f"/home/hpcuser/modak-test-build-{tag}"
+    play = tmp_path / "build.yml"
+    play.write_text(BUILD_PLAY % {"dir": build_dir, "tag": tag})
+    argv = ["ansible-playbook", "-i", "inventories/local", str(play)]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    for line in first.stdout:  # a user's Ctrl-C once the build shows progress
+        if re.match(r"\[frontend\] building localhost/modak-test/build:\S+, 0:00:\d\d: STEP",
+                    line):
+            break
+    os.killpg(first.pid, 9)
+    first.wait()
+    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    _ok(second)
+    lines = re.findall(r"^\[frontend\] building \S+, (\d+):(\d\d):(\d\d): (.*)$",
+                       second.stdout, re.M)
+    # it attached to the running build (its clock did not start again at 0)
+    assert lines and int(lines[0][2]) + 60 * int(lines[0][1]) >= 2, second.stdout
+    assert re.search(r"^\[frontend\] built localhost/modak-test/build:%s in " % tag,
+                     second.stdout, re.M), second.stdout
+    log = (pathlib.Path(build_dir) / f"build-localhost_modak-test_build_{tag}.log").read_text()
+    assert log.count("$ podman build") == 1  # one build, not two
+    subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
+                    f"cd /tmp && podman image rm -f localhost/modak-test/build:{tag}; "
+                    f"rm -rf {build_dir}"], capture_output=True)

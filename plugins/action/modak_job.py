@@ -20,13 +20,11 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.modak.modak.plugins.plugin_utils.modak_progress import (
+    Orphaned, ParentWatch, clock)
+
 display = Display()
 MODULE = "modak.modak.modak_job"
-
-
-def clock(seconds):
-    seconds = int(max(0, seconds))
-    return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
 def progress_line(host, status, waited):
@@ -70,8 +68,15 @@ class ActionModule(ActionBase):
         started = time.time()
         display.display(progress_line(host, status, 0))
         failures, last = 0, status
+        watch = ParentWatch()
         while not status.get("terminal") and time.time() - started < timeout:
             time.sleep(min(poll, max(0, timeout - (time.time() - started))) or 1)
+            try:
+                watch.check()
+            except Orphaned as exc:
+                result.update(last, failed=True, msg="%s: stopped waiting; job %s keeps running"
+                              % (exc, last.get("job_id")))
+                return result
             answer = self._query(dict(args, state="status"), task_vars)
             if answer.get("unreachable") or answer.get("failed"):
                 failures += 1

@@ -18,6 +18,14 @@ description:
   - MODAK names images by the recipe's content hash, so the same recipe is never rebuilt.
     A build is recorded as complete only after the builder succeeded; a killed or failed
     build leaves no record, and the next run builds again.
+  - One build per image at a time. The build runs detached on the front-end (its own
+    session, its output in the build log) under a lock file holding its process id; a
+    second call while it runs attaches to it instead of starting another. A build whose
+    process is gone without a result (killed, or the front-end restarted) is cleaned up
+    (its lock and partial file) and started again.
+  - Waiting is done by the controller (an action plugin), which prints the build's current
+    step and the time since it started at every poll, and gives up after O(timeout)
+    seconds (the build goes on; the same task run again attaches to it).
   - Uses only the Python standard library, so that it runs with a front-end's own Python.
 options:
   runtime:
@@ -52,6 +60,20 @@ options:
     type: str
     choices: [present, absent]
     default: present
+  wait:
+    description:
+      - V(false) starts (or attaches to) the build and returns at once with its progress
+        (RV(building), RV(step)); the action plugin calls it so every O(poll) seconds.
+    type: bool
+    default: true
+  timeout:
+    description: Seconds to wait for a build (then it fails, the build going on).
+    type: int
+    default: 7200
+  poll:
+    description: Seconds between two looks at a running build.
+    type: int
+    default: 10
 author:
   - MODAK developers (@modak)
 notes:
@@ -85,10 +107,24 @@ duration_s:
   description: Seconds the build took.
   returned: when built
   type: float
+building:
+  description: Whether a build of the image is running now (O(wait=false)).
+  returned: always
+  type: bool
+step:
+  description: The build's current step (the builder's last C(STEP n/m) line, else its last line).
+  returned: while building
+  type: str
+running_s:
+  description: Seconds since the running build started.
+  returned: while building
+  type: float
 """
 
+import errno
 import os
 import re
+import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -124,6 +160,119 @@ def builder_commands(runtime, image, recipe, context, build_args):
     }
 
 
+STEP = re.compile(r"^(STEP \d+/\d+: .*|\d+\. .*|INFO: .*)$")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return True
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def _current_step(log):
+    """The builder's latest step line (podman STEP n/m, ch-image's numbered lines), else
+    the log's last line, for a progress report."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 65536))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except (IOError, OSError):
+        return ""
+    lines = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("$ ")]
+    for line in reversed(lines):
+        if STEP.match(line):
+            return line[:160]
+    return lines[-1][:160] if lines else ""
+
+
+class Build(object):
+    """The files of one image's build in log_dir: lock (pid), result (exit code), log."""
+
+    def __init__(self, log_dir, image):
+        safe = _safe(image)
+        self.dir = os.path.join(log_dir, ".building")
+        self.lock = os.path.join(self.dir, safe + ".pid")
+        self.result = os.path.join(self.dir, safe + ".rc")
+        self.started = os.path.join(self.dir, safe + ".started")
+        self.log = os.path.join(log_dir, "build-%s.log" % safe)
+
+    def running_pid(self):
+        pid = _read(self.lock)
+        return int(pid) if pid and pid.isdigit() and _alive(int(pid)) else None
+
+    def start(self, argv, cwd, env):
+        """Start the build detached, under the lock; False if another holds the lock."""
+        if not os.path.isdir(self.dir):
+            os.makedirs(self.dir)
+        try:
+            fd = os.open(self.lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            if exc.errno == errno.EEXIST:
+                return False
+            raise
+        for stale in (self.result,):
+            if os.path.exists(stale):
+                os.unlink(stale)
+        with open(self.log, "w") as out:
+            out.write("$ %s\n" % " ".join(argv))
+        with open(self.started, "w") as f:
+            f.write("%f\n" % time.time())
+        # the shell records the builder's exit code when it ends, whoever waits or not
+        script = '"$@" >>%s 2>&1 </dev/null; echo $? >%s.tmp && mv %s.tmp %s' % (
+            _q(self.log), _q(self.result), _q(self.result), _q(self.result))
+        devnull = os.open(os.devnull, os.O_RDWR)
+        proc = subprocess.Popen(["/bin/sh", "-c", script, "modak-build"] + argv, cwd=cwd,
+                                env=env, stdin=devnull, stdout=devnull, stderr=devnull,
+                                close_fds=True, preexec_fn=os.setsid)
+        os.close(devnull)
+        os.write(fd, ("%d\n" % proc.pid).encode())
+        os.close(fd)
+        return True
+
+    def finish(self):
+        """The ended build's exit code (None while running), releasing the lock."""
+        code = _read(self.result)
+        if code is None:
+            return None
+        for path in (self.lock, self.result):
+            if os.path.exists(path):
+                os.unlink(path)
+        return int(code) if code.lstrip("-").isdigit() else 1
+
+    def clear_stale(self, partial):
+        """A lock whose process is gone without a result: a killed build. Remove its lock
+        and partial output so that the next start builds again."""
+        if os.path.exists(self.lock) and self.running_pid() is None and \
+                _read(self.result) is None:
+            os.unlink(self.lock)
+            if partial and os.path.exists(partial):
+                os.unlink(partial)
+            return True
+        return False
+
+    def running_s(self):
+        started = _read(self.started)
+        try:
+            return round(time.time() - float(started), 1)
+        except (TypeError, ValueError):
+            return None
+
+
+def _q(text):
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -134,27 +283,37 @@ def main():
             build_args=dict(type="dict", default={}),
             log_dir=dict(type="path", required=True),
             state=dict(type="str", default="present", choices=["present", "absent"]),
+            wait=dict(type="bool", default=True),
+            timeout=dict(type="int", default=7200),
+            poll=dict(type="int", default=10),
         ),
         supports_check_mode=True,
     )
     p = module.params
     cmds = builder_commands(p["runtime"], p["image"], p["recipe"], p["context"], p["build_args"])
     marker = os.path.join(p["log_dir"], ".built", _safe(p["image"]))
-    log = os.path.join(p["log_dir"], "build-%s.log" % _safe(p["image"]))
-    result = dict(changed=False, built=False, image=p["image"], build_log=log)
+    build = Build(p["log_dir"], p["image"])
+    partial = p["image"] + ".partial" if p["runtime"] == "apptainer" else None
+    result = dict(changed=False, built=False, building=False, image=p["image"],
+                  build_log=build.log)
     env = dict(os.environ, PATH="/usr/bin:/bin:" + os.environ.get("PATH", ""))
     if p["runtime"] == "apptainer":
         cwd = os.path.dirname(p["recipe"])  # %files paths are relative to the recipe
     else:
         cwd = p["context"]
 
-    rc, out, dummy = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
-    if p["runtime"] == "charliecloud":
-        rc = 0 if rc == 0 and p["image"] in out.split() else 1
-    exists = rc == 0 and os.path.exists(marker)
+    def exists_now():
+        rc, out, dummy = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
+        if p["runtime"] == "charliecloud":
+            rc = 0 if rc == 0 and p["image"] in out.split() else 1
+        return rc == 0, rc == 0 and os.path.exists(marker)
 
+    present, exists = exists_now()
     if p["state"] == "absent":
-        if rc == 0 or os.path.exists(marker):
+        if build.running_pid():
+            module.fail_json(msg="image %s is being built now (process %d); not removed"
+                             % (p["image"], build.running_pid()), **result)
+        if present or os.path.exists(marker):
             result["changed"] = True
             if not module.check_mode:
                 module.run_command(cmds["remove"], environ_update=env, cwd=cwd)
@@ -172,24 +331,39 @@ def main():
 
     if not os.path.isdir(os.path.dirname(marker)):
         os.makedirs(os.path.dirname(marker))
-    start = time.time()
-    with open(log, "w") as out:  # a killed build still leaves what was started
-        out.write("$ %s\n" % " ".join(cmds["build"]))
-    rc, stdout, stderr = module.run_command(cmds["build"], cwd=cwd, environ_update=env)
-    result["duration_s"] = round(time.time() - start, 1)
-    with open(log, "a") as out:
-        out.write(stdout)
-        out.write(stderr)
-    if rc != 0:
-        tail = (stdout + stderr)[-3000:]
-        module.fail_json(msg="building %s failed (exit %d); log: %s\n%s" % (p["image"], rc, log, tail),
-                         **result)
-    if p["runtime"] == "apptainer":
-        os.rename(p["image"] + ".partial", p["image"])
+    if build.clear_stale(partial):
+        result["cleaned"] = "a killed build of %s left a lock: removed, building again" % p["image"]
+    deadline = time.time() + p["timeout"]
+    while True:
+        code = build.finish()
+        if code is not None:
+            break
+        if build.running_pid() is None and not build.start(cmds["build"], cwd, env):
+            if build.clear_stale(partial):
+                continue
+        result.update(building=True, step=_current_step(build.log), running_s=build.running_s())
+        if not p["wait"]:
+            module.exit_json(msg="building %s: %s" % (p["image"], result["step"]), **result)
+        if time.time() > deadline:
+            module.fail_json(msg="building %s takes longer than %d s; it goes on (log %s): run "
+                             "again to wait for it" % (p["image"], p["timeout"], build.log),
+                             **result)
+        time.sleep(max(1, p["poll"]))
+
+    result.update(building=False, step=None, duration_s=build.running_s())
+    if code != 0:
+        with open(build.log, errors="replace") as f:
+            tail = f.read()[-3000:]
+        if partial and os.path.exists(partial):
+            os.unlink(partial)
+        module.fail_json(msg="building %s failed (exit %d); log: %s\n%s"
+                         % (p["image"], code, build.log, tail), **result)
+    if partial:
+        os.rename(partial, p["image"])
     with open(marker, "w") as f:
-        f.write("%s built in %.1f s from %s\n" % (p["image"], result["duration_s"], p["recipe"]))
+        f.write("%s built in %s s from %s\n" % (p["image"], result["duration_s"], p["recipe"]))
     result["built"] = True
-    module.exit_json(msg="built %s in %.1f s" % (p["image"], result["duration_s"]), **result)
+    module.exit_json(msg="built %s in %s s" % (p["image"], result["duration_s"]), **result)
 
 
 if __name__ == "__main__":

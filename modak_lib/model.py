@@ -70,7 +70,7 @@ def feature_frame(df):
     out["channels_last"] = df["channels_last"].fillna(0).astype(int).astype(str)
     out["onednn"] = df["onednn"].fillna(1).astype(int).astype(str)
     out["microarchitecture"] = df["microarchitecture"].fillna("unknown").astype(str)
-    out["accelerator"] = df["accelerator"].fillna("none").astype(str)
+    out["accelerator"] = df["accelerator"].astype(object).fillna("none").astype(str)
     bf16 = df["bf16_native"] if "bf16_native" in df else pd.Series(False, index=df.index)
     out["bf16_native"] = bf16.fillna(False).astype(bool).astype(str)
     out["log_params"] = np.log(pd.to_numeric(df["trainable_parameters"]).astype(float))

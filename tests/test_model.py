@@ -303,3 +303,12 @@ def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
     assert both.seconds > 0.018
     assert "corrected by this workload's measured stock, allocator=tcmalloc, precision=bf16" \
         in both.source
+
+
+def test_the_plot_writes_a_png_of_the_held_out_predictions(tmp_path):
+    pytest.importorskip("matplotlib")
+    from modak_lib import model as m
+    from modak_lib.results import ResultsStore, load_frame
+    result = m.evaluate(load_frame(ResultsStore(tmp_path / "empty.sqlite")), "linear")
+    path = m.plot(result, tmp_path / "model.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20000

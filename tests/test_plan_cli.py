@@ -151,3 +151,68 @@ topology_template:
     plan = json.loads((out / "plan.json").read_text())
     assert plan["app_files"] == ["helpers.py", "train.py"]  # not the data, not the blueprint
     assert "python3 -m modak_runtime -- train.py --steps 5" in (out / "job.sh").read_text()
+
+
+# ---------------------------------------------------------------------------
+# the command line as people read it (in-process: main() is what the script calls)
+def _main(capsys, *argv):
+    from modak_lib.cli import main
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_init_writes_a_starting_point_that_plans_and_never_overwrites(tmp_path, capsys):
+    code, out, _ = _main(capsys, "init", str(tmp_path / "job"))
+    assert code == 0 and "ansible-playbook modak.modak.deploy -i" in out
+    job = tmp_path / "job"
+    names = sorted(p.name for p in job.iterdir())
+    assert names == ["blueprint.yaml", "infra-local.yaml", "inventory.yml", "modak-types.yaml",
+                     "train.py"]
+    assert "imports:\n  - modak-types.yaml" in (job / "blueprint.yaml").read_text()
+    (job / "train.py").write_text("# the user's edits\n")
+    code, _, err = _main(capsys, "init", str(job))
+    assert code == 2 and "exist(s); nothing was written (--force replaces them)" in err
+    assert (job / "train.py").read_text() == "# the user's edits\n"
+    code, out, _ = _main(capsys, "--quiet", "plan", str(job / "blueprint.yaml"), "--infra",
+                         str(job / "infra-local.yaml"), "--model", "none")
+    assert code == 0 and out.strip().endswith("(decided by prior)") and len(out.splitlines()) == 1
+    code, out, _ = _main(capsys, "init", "--json", "--force", str(job))
+    assert code == 0 and len(json.loads(out)["written"]) == 5
+
+
+def test_plan_out_refuses_to_write_through_a_symbolic_link(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (out / "job.sh").symlink_to(victim)
+    code, _, err = _main(capsys, "plan", str(ROOT / "examples/mnist-cnn/blueprint.yaml"),
+                         "--infra", str(ROOT / "examples/infra/local.yaml"), "--model", "none",
+                         "--out", str(out))
+    assert code == 2 and "is a symbolic link" in err and len(err.strip().splitlines()) == 1
+    assert victim.read_text() == "precious\n" and not victim.stat().st_mode & 0o111
+    assert not list(out.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_the_plan_table_fits_100_columns_even_with_long_compiler_modes(tmp_path, capsys):
+    doc = dsl(**{"job.optimisation.app_type-ai_training.ai_framework-pytorch.compile":
+                 ["max-autotune-no-cudagraphs", "reduce-overhead"]})
+    req = tmp_path / "r.json"
+    req.write_text(json.dumps(doc))
+    code, out, _ = _main(capsys, "-v", "plan", str(req), "--model", "none")
+    assert code == 0
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    code, out, _ = _main(capsys, "plan", str(req), "--model", "none", "--json")
+    assert any(c["configuration"]["compiler"] == "torch.compile:max-autotune-no-cudagraphs"
+               for c in json.loads(out)["candidates"])
+
+
+def test_json_from_every_command_that_prints_data(capsys):
+    code, out, _ = _main(capsys, "tosca-types", "--json")
+    assert code == 0 and Path(json.loads(out)["path"]).name == "modak-types.yaml"
+    code, out, _ = _main(capsys, "model", "eval", "--json", "--estimator", "linear")
+    assert code == 0
+    data = json.loads(out)
+    assert {"per_workload", "decisions", "estimators"} <= set(data)
+    assert all(0 <= w["mape_loco"] < 10 for w in data["per_workload"])

@@ -124,7 +124,6 @@ running_s:
 import errno
 import os
 import re
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -196,6 +195,14 @@ def _current_step(log):
     return lines[-1][:160] if lines else ""
 
 
+RUNNER = """lock=$1 result=$2 log=$3
+shift 3
+echo $$ >"$lock.tmp" && mv "$lock.tmp" "$lock"
+"$@" >>"$log" 2>&1 </dev/null
+echo $? >"$result.tmp" && mv "$result.tmp" "$result"
+"""
+
+
 class Build(object):
     """The files of one image's build in log_dir: lock (pid), result (exit code), log."""
 
@@ -208,10 +215,18 @@ class Build(object):
         self.log = os.path.join(log_dir, "build-%s.log" % safe)
 
     def running_pid(self):
+        """The running build's process id; the lock's own writer, for the moment between
+        taking the lock and the build's shell writing its id into it (-1)."""
         pid = _read(self.lock)
-        return int(pid) if pid and pid.isdigit() and _alive(int(pid)) else None
+        if pid and pid.isdigit():
+            return int(pid) if _alive(int(pid)) else None
+        try:
+            young = time.time() - os.stat(self.lock).st_mtime < 120
+        except OSError:
+            return None
+        return -1 if pid == "starting" and young else None
 
-    def start(self, argv, cwd, env):
+    def start(self, module, argv, cwd, env):
         """Start the build detached, under the lock; False if another holds the lock."""
         if not os.path.isdir(self.dir):
             os.makedirs(self.dir)
@@ -221,6 +236,8 @@ class Build(object):
             if exc.errno == errno.EEXIST:
                 return False
             raise
+        os.write(fd, b"starting")
+        os.close(fd)
         for stale in (self.result,):
             if os.path.exists(stale):
                 os.unlink(stale)
@@ -228,16 +245,18 @@ class Build(object):
             out.write("$ %s\n" % " ".join(argv))
         with open(self.started, "w") as f:
             f.write("%f\n" % time.time())
-        # the shell records the builder's exit code when it ends, whoever waits or not
-        script = '"$@" >>%s 2>&1 </dev/null; echo $? >%s.tmp && mv %s.tmp %s' % (
-            _q(self.log), _q(self.result), _q(self.result), _q(self.result))
-        devnull = os.open(os.devnull, os.O_RDWR)
-        proc = subprocess.Popen(["/bin/sh", "-c", script, "modak-build"] + argv, cwd=cwd,
-                                env=env, stdin=devnull, stdout=devnull, stderr=devnull,
-                                close_fds=True, preexec_fn=os.setsid)
-        os.close(devnull)
-        os.write(fd, ("%d\n" % proc.pid).encode())
-        os.close(fd)
+        # a shell in its own session (it outlives this module and the SSH connection) puts
+        # its process id into the lock, runs the builder into the log and records its exit
+        # code, whoever waits for it or not
+        runner = os.path.join(self.dir, os.path.basename(self.lock)[:-4] + ".sh")
+        with open(runner, "w") as f:
+            f.write(RUNNER)
+        rc, dummy, err = module.run_command(
+            ["/bin/sh", "-c", 'setsid /bin/sh "$0" "$@" </dev/null >/dev/null 2>&1 &',
+             runner, self.lock, self.result, self.log] + argv, cwd=cwd, environ_update=env)
+        if rc != 0:
+            os.unlink(self.lock)
+            module.fail_json(msg="could not start the build: %s" % err.strip())
         return True
 
     def finish(self):
@@ -338,7 +357,7 @@ def main():
         code = build.finish()
         if code is not None:
             break
-        if build.running_pid() is None and not build.start(cmds["build"], cwd, env):
+        if build.running_pid() is None and not build.start(module, cmds["build"], cwd, env):
             if build.clear_stale(partial):
                 continue
         result.update(building=True, step=_current_step(build.log), running_s=build.running_s())

@@ -52,7 +52,7 @@ options:
     type: path
   results_dir:
     description:
-      - Where the play fetches job outputs to (returned as RV(dirs.results), one folder per run).
+      - Where the play fetches job outputs to (returned in RV(dirs), one folder per run).
       - Default - C(results/) in the user's MODAK directory.
     type: path
   run_id:

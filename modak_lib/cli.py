@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from . import __version__
-from .errors import CatalogueError, InputError, ModakError, NoMatchingImage
+from .errors import CatalogueError, InputError, ModakError, NoMatchingImage, shorten
 
 EXIT_USER = 2
 EXIT_INTERNAL = 3
@@ -33,12 +33,17 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="modak", description="Plan, render and deploy optimised "
                                 "AI training jobs on HPC targets.")
     p.add_argument("--version", action="version", version=f"modak {__version__}")
-    loud = p.add_mutually_exclusive_group()
-    loud.add_argument("-v", "--verbose", action="count", default=0,
-                      help="say more: the model used, timings, every candidate")
-    loud.add_argument("-q", "--quiet", action="store_true",
-                      help="print only the result and errors")
+    _loudness(p, argparse.SUPPRESS)
+    p.set_defaults(verbose=0, quiet=False)
+    # -v/-q also after the command (`modak plan X -q`)
+    common = argparse.ArgumentParser(add_help=False)
+    _loudness(common, argparse.SUPPRESS)
     sub = p.add_subparsers(dest="command", required=True)
+    add = sub.add_parser
+
+    def add_parser(name, **kw):
+        return add(name, parents=[common], **kw)
+    sub.add_parser = add_parser  # type: ignore[method-assign]
 
     init = sub.add_parser("init", help="write a starting blueprint, its training script, "
                           "the TOSCA types, an infrastructure file and an inventory")
@@ -69,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
                        ("eval", "held-out errors, decision regret, speedup over stock"),
                        ("plot", "predicted vs measured (held out) as a PNG"),
                        ("predict", "predicted seconds per step of every candidate")):
-        m = msub.add_parser(name, help=text)
+        m = msub.add_parser(name, help=text, parents=[common])
         m.add_argument("--store", help="results store (default $MODAK_RESULTS or ~/.local/...)")
         m.add_argument("--model-file", help="model artefact (default $MODAK_MODEL or ~/.local/...)")
         if name == "predict":
@@ -90,6 +95,14 @@ def _parser() -> argparse.ArgumentParser:
     schema.add_argument("--only", choices=["dsl", "infra", "tosca", "plan"],
                         help="one schema instead of all")
     return p
+
+
+def _loudness(parser: argparse.ArgumentParser, default) -> None:
+    loud = parser.add_mutually_exclusive_group()
+    loud.add_argument("-v", "--verbose", action="count", default=default,
+                      help="say more: the model used, timings, every candidate")
+    loud.add_argument("-q", "--quiet", action="store_true", default=default,
+                      help="print only the result and errors")
 
 
 def _inputs(path: Optional[str]) -> dict:
@@ -131,7 +144,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     result = make_plan(request, predictor=predictor, run_id=args.run_id,
                        ca_certs=args.ca_certs, app_files=app_files)
     if args.out:
-        from .files import write_atomic
+        from .files import check_targets, write_atomic
+        check_targets(args.out, result.files)
         for name, text in result.files.items():
             write_atomic(args.out, name, text,
                          0o755 if name == result.plan.job_script else 0o644)
@@ -295,7 +309,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     """A starting point in the user's own directory: the example blueprint (importing the
     TOSCA types copied beside it), its training script, an infrastructure file for this
     machine and an Ansible inventory for ``ansible-playbook modak.modak.deploy``."""
-    from .files import write_atomic
+    from .files import check_targets, write_atomic
     data = Path(__file__).parent / "data"
     blueprint = (data / "examples" / "blueprint.yaml").read_text(encoding="utf-8")
     # the checkout's example imports the types from the repository; here they lie beside it
@@ -312,6 +326,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     if present and not args.force:
         raise ModakError(f"{out}: {', '.join(present)} exist(s); nothing was written "
                          "(--force replaces them)")
+    check_targets(out, files)
     written = [str(write_atomic(out, name, text)) for name, text in files.items()]
     if args.json:
         return _print_json({"written": written})
@@ -332,13 +347,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"modak: error: {line}", file=sys.stderr)
         return EXIT_USER
     except NoMatchingImage as exc:
-        print(f"modak: error: {exc}", file=sys.stderr)
+        print(f"modak: error: {shorten(exc, 1000)}", file=sys.stderr)
         return EXIT_USER
     except CatalogueError as exc:
-        print(f"modak: internal error: {exc}", file=sys.stderr)
+        print(f"modak: internal error: {shorten(exc, 1000)}", file=sys.stderr)
         return EXIT_INTERNAL
     except ModakError as exc:
-        print(f"modak: error: {exc}", file=sys.stderr)
+        print(f"modak: error: {shorten(exc, 1000)}", file=sys.stderr)
         return EXIT_USER
     except BrokenPipeError:
         return 0

@@ -7,6 +7,13 @@ message and exit status 2, never a traceback.
 from __future__ import annotations
 
 
+def shorten(text: object, most: int = 200) -> str:
+    """A value fit for a one-line message: control characters (newlines, ESC) escaped, at
+    most ``most`` characters."""
+    text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in str(text))
+    return text if len(text) <= most else text[:most - 20] + f"... ({len(text)} chars)"
+
+
 class ModakError(Exception):
     """Base class of every error MODAK raises on purpose."""
 
@@ -31,8 +38,11 @@ class InputError(ModakError):
         return InputError(joined, self.source)
 
     def format(self) -> str:
-        head = f"{self.source}: " if self.source else ""
-        lines = [f"{head}{path + ': ' if path else ''}{msg}" for path, msg in self.problems]
+        """One line per problem: control characters escaped (a value cannot clear the
+        screen or fake a line of its own), long values cut."""
+        head = f"{shorten(self.source, 300)}: " if self.source else ""
+        lines = [f"{head}{shorten(path, 300) + ': ' if path else ''}{shorten(msg, 500)}"
+                 for path, msg in self.problems]
         return "\n".join(lines)
 
 

@@ -34,6 +34,21 @@ def ensure_dir(directory: PathLike) -> Path:
     return d
 
 
+def check_targets(directory: PathLike, names) -> None:
+    """Refuse before writing anything when ``directory`` or a name in it that MODAK will
+    write is a symbolic link (or not a regular file): all of a plan's files or none."""
+    d = Path(directory)
+    if d.is_symlink():
+        raise UnsafePathError(f"{d}: is a symbolic link; MODAK writes only into a real directory")
+    for name in names:
+        path = d / name
+        if path.is_symlink():
+            raise UnsafePathError(f"{path}: is a symbolic link; MODAK does not write through "
+                                  "links (remove it, or choose another directory)")
+        if path.exists() and not path.is_file():
+            raise UnsafePathError(f"{path}: exists and is not a regular file")
+
+
 def write_atomic(directory: PathLike, name: str, data: Union[str, bytes],
                  mode: int = 0o644) -> Path:
     """Write ``data`` as ``directory/name`` without following links; return the path.

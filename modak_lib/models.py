@@ -6,12 +6,22 @@ Every model forbids unknown keys, so a typo is an error with its field path.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Literal, Optional
+import re
+from typing import Annotated, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PositiveInt,
+                      field_validator, model_validator)
 
 from .validate import (Email, EnvName, HostName, JobName, MailEvents, NodeFeature, PackageSpec,
-                       QuotedText, SafePath, SchedName, UserName, WallTime)
+                       QuotedText, SafePath, SchedName, UserName, WallTime, check)
+
+COMPILER_MODE = re.compile(r"[a-z][a-z0-9-]{0,47}")
+
+
+def Count(most: int) -> type:  # noqa: N802 (a type)
+    """A positive count with an upper bound (named in the error), so that no number a user
+    writes renders as is however large it is."""
+    return Annotated[int, Field(ge=1, le=most)]  # type: ignore[return-value]
 
 
 class Strict(BaseModel):
@@ -73,7 +83,7 @@ class Accelerator(Strict):
     vendor: Literal["nvidia", "amd", "fpga"] = Field(description="accelerator vendor")
     model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_. -]{1,64}$",
                                  description="e.g. V100, A100, H100")
-    count: PositiveInt = Field(1, description="accelerators per node")
+    count: Count(64) = Field(1, description="accelerators per node")
 
 
 class Frontend(Strict):
@@ -90,8 +100,8 @@ class Target(Strict):
     scheduler: Scheduler = Scheduler.local
     frontend: Frontend = Frontend()
     partitions: tuple[SchedName, ...] = ()
-    cores_per_node: PositiveInt = Field(1, description="physical cores a job may use per node")
-    memory_gb: Optional[float] = Field(None, gt=0)
+    cores_per_node: Count(4096) = Field(1, description="physical cores a job may use per node")
+    memory_gb: Optional[float] = Field(None, gt=0, le=1_000_000)
     cpu_arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
     microarchitecture: str = Field("x86_64", pattern=r"^[a-z0-9_]{1,32}$",
                                    description="archspec name, e.g. skylake_avx512, zen4")
@@ -111,7 +121,7 @@ class Target(Strict):
 class Build(Strict):
     src: QuotedText
     build_command: QuotedText
-    build_parallelism: PositiveInt = 1
+    build_parallelism: Count(1024) = 1
 
 
 class Application(Strict):
@@ -126,9 +136,9 @@ class Application(Strict):
     model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     dataset: Optional[SafePath] = None
     app_type: Literal["ai_training", "hpc"] = "ai_training"
-    mpi_ranks: PositiveInt = 1
-    threads: Optional[PositiveInt] = None
-    batch_size: Optional[PositiveInt] = None
+    mpi_ranks: Count(1_000_000) = 1
+    threads: Optional[Count(4096)] = None
+    batch_size: Optional[Count(10_000_000)] = None
     build: Optional[Build] = None
     user_image: Optional[str] = Field(
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}$",
@@ -139,6 +149,11 @@ class Application(Strict):
         "directory receives (default: the script's directory)")
 
 
+MAX_COMPILER_MODES = 8  # each mode multiplies the candidates
+CompilerMode = Annotated[str, AfterValidator(
+    lambda v: check(COMPILER_MODE, "torch.compile mode", v))]
+
+
 class Optimisation(Strict):
     enable_opt_build: bool = True
     enable_autotuning: bool = False
@@ -146,10 +161,18 @@ class Optimisation(Strict):
     acc_type: Optional[Literal["nvidia", "amd", "fpga"]] = None
     compilers: tuple[Compiler, ...] = Field(
         (), description="graph compilers the user asks MODAK to consider")
-    compiler_modes: tuple[str, ...] = Field((), description="torch.compile modes to consider")
+    compiler_modes: tuple[CompilerMode, ...] = Field(
+        (), max_length=MAX_COMPILER_MODES,
+        description=f"torch.compile modes to consider (at most {MAX_COMPILER_MODES}; "
+                    "repeats are dropped)")
     allow_reduced_precision: bool = False
     allocators: tuple[Allocator, ...] = Field(
         (), description="allocators to consider (default: every one the image provides)")
+
+    @field_validator("compiler_modes", "compilers", "allocators", mode="after")
+    @classmethod
+    def _unique(cls, values: tuple) -> tuple:
+        return tuple(dict.fromkeys(values))  # repeats dropped, order kept
 
 
 class JobOptions(Strict):
@@ -158,11 +181,11 @@ class JobOptions(Strict):
     partition: Optional[SchedName] = None
     account: Optional[SchedName] = None
     wall_time_limit: Optional[WallTime] = None
-    node_count: PositiveInt = 1
-    core_count: Optional[PositiveInt] = None
-    process_count_per_node: PositiveInt = 1
-    request_gpus: Optional[int] = Field(None, ge=0)
-    memory_gb: Optional[float] = Field(None, gt=0)
+    node_count: Count(100_000) = 1
+    core_count: Optional[Count(10_000_000)] = None
+    process_count_per_node: Count(4096) = 1
+    request_gpus: Optional[int] = Field(None, ge=0, le=64)
+    memory_gb: Optional[float] = Field(None, gt=0, le=1_000_000)
     standard_output_file: Optional[SafePath] = None
     standard_error_file: Optional[SafePath] = None
     combine_stdout_stderr: bool = True

@@ -68,7 +68,9 @@ def _launcher_words(launcher: Launcher, ranks: int, per_node: int) -> list[Word]
     if launcher == Launcher.mpirun:
         return ["mpirun", "-np", str(ranks)]
     if launcher == Launcher.torchrun:
-        return ["torchrun", "--standalone", f"--nproc-per-node={per_node}"]
+        # --no-python and --: the program (python3) is the first word after torchrun's own
+        # options, so that none of the user's words can be read as one of them
+        return ["torchrun", "--standalone", f"--nproc-per-node={per_node}", "--no-python", "--"]
     return []
 
 
@@ -132,9 +134,11 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     ranks = res.nodes * res.tasks_per_node
     words: list[Word] = _launcher_words(decision.launcher, ranks, res.tasks_per_node)
     words += runtime.launch(reference, env, res.gpus_per_node)
-    if decision.inner_launcher == Launcher.none:
-        words.append(app.executable)
     words += _launcher_words(decision.inner_launcher, ranks, res.tasks_per_node)
+    # the program (a checked path that never starts with "-"): every launcher and runtime
+    # (srun, mpirun, podman run IMAGE, apptainer exec IMAGE, ch-run IMAGE --) stops reading
+    # its own options at it, so the user's words after it are the program's
+    words.append(app.executable)
     if workload.wrappable(app):
         # the runtime applies the knobs to the unmodified script and measures it
         words += ["-m", RUNTIME_MODULE, "--"]

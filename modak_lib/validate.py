@@ -53,7 +53,25 @@ def _pattern(pattern: re.Pattern[str], what: str):
 JobName = Annotated[str, _pattern(JOB_NAME, "job name")]
 SchedName = Annotated[str, _pattern(SCHED_NAME, "name")]
 SafePath = Annotated[str, AfterValidator(check_path)]
-EnvName = Annotated[str, _pattern(ENV_NAME, "environment variable name")]
+# Names a shell, the dynamic loader or Python act on at start-up: a value of one of them runs
+# as a command (BASH_ENV, ENV, PROMPT_COMMAND, BASH_FUNC_*), loads code into every process
+# (LD_PRELOAD, LD_AUDIT, ...) or changes how every later line is parsed (IFS, SHELLOPTS).
+# MODAK sets the allocator's LD_PRELOAD itself (optimisation option allocator).
+STARTUP_ENV = re.compile(r"(BASH_ENV|ENV|SHELLOPTS|BASHOPTS|PS4|PROMPT_COMMAND|IFS|CDPATH|"
+                         r"GLOBIGNORE|BASH_FUNC_.*|LD_.*|PYTHONSTARTUP|PYTHONHOME|PYTHONINSPECT|"
+                         r"PERL5OPT|RUBYOPT|NODE_OPTIONS)")
+
+
+def check_env_name(value: str) -> str:
+    value = check(ENV_NAME, "environment variable name", value)
+    if STARTUP_ENV.fullmatch(value):
+        raise ValueError(f"{value} is read by the shell, the dynamic loader or an interpreter "
+                         "at start-up and is refused (an allocator is chosen with the "
+                         "optimisation's allocator option)")
+    return value
+
+
+EnvName = Annotated[str, AfterValidator(check_env_name)]
 Email = Annotated[str, _pattern(EMAIL, "e-mail address")]
 HostName = Annotated[str, _pattern(HOST, "host name")]
 UserName = Annotated[str, _pattern(USER, "user name")]
@@ -79,6 +97,9 @@ _ISO = re.compile(
 )
 
 
+MAX_WALLTIME_S = 365 * 86400
+
+
 def parse_walltime(value: object) -> int:
     """Seconds from ``3600``, ``"HH:MM[:SS]"``, ``"D-HH:MM:SS"`` or ISO 8601 ``"P1DT6H"``."""
     if isinstance(value, bool):
@@ -89,6 +110,8 @@ def parse_walltime(value: object) -> int:
         seconds = value
     elif isinstance(value, str):
         text = value.strip()
+        if len(text) > 40:
+            raise ValueError(f"invalid wall time {text[:40]!r}...: too long")
         if text.isdigit():
             seconds = int(text)
         elif (m := _CLOCK.fullmatch(text)) and (m["b"] or m["d"]):
@@ -110,6 +133,9 @@ def parse_walltime(value: object) -> int:
         raise ValueError(f"invalid wall time {value!r}")
     if seconds <= 0:
         raise ValueError(f"wall time must be positive, got {value!r}")
+    if seconds > MAX_WALLTIME_S:
+        raise ValueError(f"wall time {str(value)[:40]!r} is over the limit of "
+                         f"{MAX_WALLTIME_S // 86400} days")
     return seconds
 
 

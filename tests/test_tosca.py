@@ -109,7 +109,7 @@ def test_minimal_blueprint_reads(tmp_path):
     (GOOD_APP, "scheduler: slurm\nfrontend: {host: 'bad host;rm'}",
      "topology_template.node_templates.hpc.properties.frontend.host", "invalid host name"),
     (GOOD_APP, "scheduler: slurm\ncores_per_node: 0",
-     "topology_template.node_templates.hpc.properties.cores_per_node", "greater than 0"),
+     "topology_template.node_templates.hpc.properties.cores_per_node", "greater than or equal to 1"),
 ])
 def test_property_errors_name_node_and_path(tmp_path, job_props, target_props, path, words):
     found = errors(blueprint(tmp_path, job_props, target_props))

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InputError
+from ..errors import InputError, shorten
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -56,24 +57,102 @@ def validate(model: type[M], data: Any, source: str, prefix: str = "") -> M:
         raise InputError(problems_of(exc, prefix), source) from None
 
 
+# Limits of every input document (blueprints, inputs, infrastructure, DSL, catalogue): a
+# file from someone else cannot make the loader hang or exhaust memory.
+MAX_BYTES = 4 * 1024 * 1024      # a blueprint is kilobytes
+MAX_DEPTH = 64                   # nesting of mappings and lists
+MAX_NODES = 200_000              # values after aliases and merge keys are expanded
+MAX_ALIASES = 1000               # *alias references in one YAML document
+MAX_NUMBER = 10 ** 15            # any number's magnitude (counts, sizes, seconds)
+
+
+class _LimitedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader that counts alias references while composing."""
+
+    def compose_node(self, parent, index):  # noqa: D102 (PyYAML's hook)
+        if self.check_event(yaml.AliasEvent):
+            self.aliases_seen = getattr(self, "aliases_seen", 0) + 1
+            if self.aliases_seen > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise InputError(f"more than {MAX_ALIASES} YAML aliases (line {mark.line + 1}): "
+                                 "refused (an alias bomb?)")
+        return super().compose_node(parent, index)
+
+    def flatten_mapping(self, node):  # noqa: D102 (PyYAML's hook for merge keys <<)
+        super().flatten_mapping(node)
+        self.merged_pairs = getattr(self, "merged_pairs", 0) + len(node.value)
+        if self.merged_pairs > MAX_NODES:
+            raise InputError(f"more than {MAX_NODES} keys once YAML merge keys (<<) are "
+                             "expanded: refused (a merge-key bomb?)")
+
+
+def check_limits(data: Any, where: str = "") -> None:
+    """Refuse documents too deep or too large once aliases are expanded, non-finite or huge
+    numbers; the error names the field path."""
+    count = 0
+    stack: list[tuple[Any, str, int]] = [(data, where, 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise InputError([(where, f"more than {MAX_NODES} values once YAML aliases and "
+                               "merge keys are expanded: refused")])
+        if depth > MAX_DEPTH:
+            raise InputError([(path, f"nested more than {MAX_DEPTH} levels deep: refused")])
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, (str, int, float, bool)) and key is not None:
+                    raise InputError([(path, f"a key of type {type(key).__name__}: keys must "
+                                       "be plain strings")])
+                stack.append((item, f"{path}.{key}" if path else str(key), depth + 1))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                stack.append((item, f"{path}[{i}]", depth + 1))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InputError([(path, f"{value} is not a number MODAK accepts")])
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and abs(value) > MAX_NUMBER:
+            raise InputError([(path, f"number too large (the limit is {MAX_NUMBER:.0e})")])
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number MODAK accepts")
+
+
 def load_document(path: Path) -> Any:
-    """Read a JSON or YAML file; syntax errors become InputError naming the file and line."""
+    """Read a JSON or YAML file within MODAK's limits (size, depth, aliases, numbers);
+    every problem becomes an InputError naming the file (and line or field)."""
     try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InputError(f"file is {size / 2**20:.1f} MiB; MODAK reads at most "
+                             f"{MAX_BYTES // 2**20} MiB", str(path))
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError("file not found", str(path)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read file: {exc}", str(path)) from None
-    if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                             str(path)) from None
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InputError(f"invalid YAML{where}: {problem}", str(path)) from None
+        if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
+            try:
+                data = json.loads(text, parse_constant=_reject_constant)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: "
+                                 f"{exc.msg}", str(path)) from None
+        else:
+            try:
+                data = yaml.load(text, Loader=_LimitedLoader)  # noqa: S506 (a SafeLoader)
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+                problem = getattr(exc, "problem", None) or str(exc)
+                raise InputError(f"invalid YAML{where}: {problem}", str(path)) from None
+        check_limits(data)
+        return data
+    except InputError as exc:
+        raise exc.with_source(str(path)) from None
+    except RecursionError:
+        raise InputError(f"nested too deeply (MODAK's limit is {MAX_DEPTH} levels)",
+                         str(path)) from None
+    except (ValueError, TypeError, OverflowError) as exc:  # int digits limit, constants
+        raise InputError(f"cannot read a value: {shorten(str(exc))}", str(path)) from None

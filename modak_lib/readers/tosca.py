@@ -34,9 +34,20 @@ def _is_a(node: Any, type_name: str) -> bool:
     return False
 
 
+def _no_entry_point_cache() -> None:
+    """tosca-parser finds its extensions through stevedore, which writes a cache of entry
+    points under ~/.cache: a plan writes nothing but its --out, so turn that cache off."""
+    try:
+        from stevedore import _cache
+        _cache._c._disable_caching = True
+    except (ImportError, AttributeError):  # another stevedore: it may write its cache
+        pass
+
+
 def _parse(path: Path, inputs: dict[str, Any]) -> Any:
     # tosca-parser logs every problem before raising; the exception carries them all
     logging.getLogger("tosca").setLevel(logging.CRITICAL)
+    _no_entry_point_cache()
     from toscaparser.common.exception import ExceptionCollector, TOSCAException
     from toscaparser.tosca_template import ToscaTemplate
 
@@ -57,6 +68,70 @@ def _parse(path: Path, inputs: dict[str, Any]) -> Any:
         ExceptionCollector.stop()
 
 
+def installed_types() -> Path:
+    """MODAK's TOSCA types as installed with the library (``modak tosca-types``)."""
+    return Path(__file__).resolve().parent.parent / "data" / "tosca" / "modak-types.yaml"
+
+
+def _import_file(entry: Any) -> Any:
+    """The file an ``imports`` entry names: ``- FILE``, ``- {file: FILE, ...}`` or
+    ``- NAME: FILE`` / ``- NAME: {file: FILE}``; any repository is refused by the caller."""
+    if isinstance(entry, dict):
+        if "file" in entry or "repository" in entry:
+            return entry
+        if len(entry) == 1:
+            (value,) = entry.values()
+            return value if isinstance(value, dict) else {"file": value}
+        return entry
+    return {"file": entry}
+
+
+def check_imports(doc: Any, path: Path, root: Path | None = None,
+                  seen: set[Path] | None = None) -> None:
+    """Confine TOSCA imports before tosca-parser opens anything: each must be a relative
+    file inside the blueprint's own directory (or its CSAR), or MODAK's installed types; no
+    URL, no absolute path, no ``repositories``. Imported files are checked the same way."""
+    root = root or path.resolve().parent
+    seen = seen if seen is not None else set()
+    source = str(path)
+    if not isinstance(doc, dict):
+        return
+    if doc.get("repositories"):
+        raise InputError([("repositories", "TOSCA repositories are not used by MODAK (they "
+                           "make the parser fetch from the network): import local files")],
+                         source)
+    imports = doc.get("imports") or []
+    if not isinstance(imports, list):
+        raise InputError([("imports", "must be a list")], source)
+    types = installed_types()
+    for i, entry in enumerate(imports):
+        where = f"imports[{i}]"
+        spec = _import_file(entry)
+        if not isinstance(spec, dict) or spec.get("repository"):
+            raise InputError([(where, "a repository import is refused: import a local file")],
+                             source)
+        name = spec.get("file")
+        if not isinstance(name, str) or not name:
+            raise InputError([(where, "names no file")], source)
+        if "://" in name or name.startswith(("file:", "~")) or ":" in name.split("/")[0]:
+            raise InputError([(where, f"{name[:200]!r}: only a relative file beside the "
+                               "blueprint, or MODAK's types, can be imported")], source)
+        target = (path.parent / name).resolve()
+        if target == types or (target.name == types.name and target.is_file()
+                               and target.read_bytes() == types.read_bytes()):
+            continue  # MODAK's own types, wherever they were named from
+        if name.startswith("/"):
+            raise InputError([(where, f"{name[:200]!r}: only a relative file beside the "
+                               "blueprint, or MODAK's types, can be imported")], source)
+        if root != target and root not in target.parents:
+            raise InputError([(where, f"{name[:200]!r} is outside the blueprint's directory "
+                               f"{root}: refused")], source)
+        if target in seen:
+            continue
+        seen.add(target)
+        check_imports(load_document(target), target, root, seen)
+
+
 class _Inputs:
     def __init__(self, template: Any, given: dict[str, Any], source: str):
         self.values = {i.name: i.default for i in template.inputs if i.default is not None}
@@ -68,7 +143,10 @@ class _Inputs:
             if len(value) == 1:
                 (key, arg), = value.items()
                 if key == "get_input":
-                    name = arg[0] if isinstance(arg, list) else arg
+                    name = arg[0] if isinstance(arg, list) and len(arg) == 1 else arg
+                    if not isinstance(name, str):
+                        raise InputError([(where, "get_input takes the name of one input")],
+                                         self.source)
                     if name not in self.values:
                         raise InputError([(where, f"input {name!r} has no value: pass it with "
                                            "--inputs or give it a default")], self.source)
@@ -87,7 +165,8 @@ def read_tosca(path: str | Path, inputs: dict[str, Any] | None = None,
                base_target: Target | None = None, node: str | None = None) -> JobRequest:
     path = Path(path)
     source = str(path)
-    load_document(path)  # YAML syntax errors with line numbers before tosca-parser
+    doc = load_document(path)  # syntax errors with line numbers, limits, before tosca-parser
+    check_imports(doc, path)  # tosca-parser would open whatever the imports name
     template = _parse(path, inputs or {})
     resolver = _Inputs(template, inputs or {}, source)
 

@@ -11,6 +11,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -346,3 +347,67 @@ def test_an_interrupted_build_goes_on_and_the_next_run_attaches_to_it(frontend, 
     subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
                     f"cd /tmp && podman image rm -f localhost/modak-test/build:{tag}; "
                     f"rm -rf {build_dir}"], capture_output=True)
+
+
+# ---------------------------------------------------------------------------
+# faults of the front-end during the wait: the job goes on, the deploy waits it out
+def _pid(path):
+    try:
+        return int(pathlib.Path(path).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _stop(pid_file):
+    pid = _pid(pid_file)
+    if pid:
+        os.kill(pid, 15)
+        for _ in range(40):
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.25)
+
+
+def test_a_scheduler_outage_and_an_ssh_drop_during_the_wait_end_in_the_real_state(deploy):
+    import threading
+    state = os.environ.get("MODAK_FRONTEND_STATE", "/var/tmp/modak-frontend")
+    result = {}
+    inputs = {"job_name": "mnist-faults", "steps": "1500"}
+    runner = threading.Thread(target=lambda: result.update(
+        proc=deploy(inputs=inputs, modak_job_poll=3, modak_job_retries=8)))
+    runner.start()
+    deadline = time.time() + 300
+    while time.time() < deadline:  # the job runs
+        out = subprocess.run(["squeue", "-h", "-n", "mnist-faults", "-o", "%T"],
+                             capture_output=True, text=True).stdout
+        if "RUNNING" in out:
+            break
+        time.sleep(1)
+    else:
+        pytest.fail("the job never ran")
+    time.sleep(5)
+    try:
+        # slurmctld away for 40 s: squeue and scontrol fail, the job goes on under slurmd
+        _stop("/run/slurm/slurmctld.pid")
+        time.sleep(40)
+    finally:
+        subprocess.run(["/usr/sbin/slurmctld"], check=True)
+    time.sleep(6)
+    try:
+        # the SSH front-end away for 10 s: its listener and every session of the user
+        _stop(f"{state}/sshd.pid")
+        subprocess.run(["pkill", "-u", "hpcuser", "-x", "sshd"], capture_output=True)
+        time.sleep(10)
+    finally:
+        subprocess.run(["/usr/sbin/sshd", "-f", f"{state}/sshd_config", "-E",
+                        f"{state}/sshd.log"], check=True)
+    runner.join(900)
+    proc = result["proc"]
+    _ok(proc)
+    assert re.search(r"^\[frontend\] job \d+ UNKNOWN \(squeue: the scheduler did not answer",
+                     proc.stdout, re.M), proc.stdout[-4000:]
+    assert re.search(r"status query \d/8 failed", proc.stdout + proc.stderr)
+    assert re.search(r"job \d+ COMPLETED \(exit code 0\)", proc.stdout)
+    assert len(deploy.store.rows()) == 1

@@ -22,6 +22,20 @@ TERMINAL = frozenset(["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"
 ACTIVE = frozenset(["PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
                     "REQUEUED", "RESIZING", "STAGE_OUT", "SIGNALING"])
 JOB_LINE = re.compile(r'^\{"modak": "job", .*\}$')
+# a scheduler command that failed because the scheduler did not answer (slurmctld or the
+# PBS server down or restarting), as opposed to one that answered "no such job"
+NO_ANSWER = re.compile(r"contact|connect|communication|timed? ?out|socket|refused|unreachable|"
+                       r"temporarily|try again|not responding|no route", re.IGNORECASE)
+UNKNOWN = "UNKNOWN"  # not final: the wait goes on
+
+
+def no_answer(command, rc, out, err):
+    """A Status saying the scheduler did not answer, or None when it did."""
+    text = (err or "") + (out or "")
+    if rc != 0 and NO_ANSWER.search(text):
+        return Status(UNKNOWN, reason="%s: the scheduler did not answer (%s); still waiting"
+                      % (command, " ".join(text.split())[:200]))
+    return None
 
 
 class JobError(Exception):
@@ -86,6 +100,9 @@ class Slurm(object):
 
     def status(self, workdir, job_id, stdout):
         rc, out, err = run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], check=False)
+        silent = no_answer("squeue", rc, out, err)
+        if silent:
+            return silent
         line = out.strip().splitlines()[0] if rc == 0 and out.strip() else ""
         if line:
             state, dummy, reason = line.partition("|")
@@ -98,6 +115,9 @@ class Slurm(object):
             state, dummy, code = out.strip().splitlines()[0].partition("|")
             return _slurm_status(state.split()[0], code)
         rc, out, err = run(["scontrol", "-o", "show", "job", job_id], check=False)
+        silent = no_answer("scontrol", rc, out, err)
+        if silent:
+            return silent
         if rc == 0 and "JobState=" in out:
             fields = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
             return _slurm_status(fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", ""),
@@ -147,6 +167,9 @@ class Pbs(object):
 
     def status(self, workdir, job_id, stdout):
         rc, out, err = run(["qstat", "-f", job_id], check=False)
+        silent = no_answer("qstat", rc, out, err)
+        if silent:
+            return silent
         fields = {}
         for line in out.splitlines():
             if "=" in line:

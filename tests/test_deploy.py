@@ -411,3 +411,32 @@ def test_a_scheduler_outage_and_an_ssh_drop_during_the_wait_end_in_the_real_stat
     assert re.search(r"status query \d/8 failed", proc.stdout + proc.stderr)
     assert re.search(r"job \d+ COMPLETED \(exit code 0\)", proc.stdout)
     assert len(deploy.store.rows()) == 1
+
+
+def test_twenty_submitters_of_one_run_at_once_submit_one_job(frontend, tmp_path):
+    """The module itself, as 20 deploys of the same run would call it at the same moment."""
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "job.sh").write_text("#!/bin/bash\n#SBATCH --job-name=modak-once\nsleep 120\n")
+    run_id = "r" + uuid.uuid4().hex[:11]
+    args = (f"workdir={work} script=job.sh scheduler=slurm run_id={run_id} "
+            "stdout=job.out state=submitted")
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+    procs = [subprocess.Popen(["ansible", "localhost", "-c", "local", "-m",
+                               "modak.modak.modak_job", "-a", args], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(20)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    ids = {m for out in outs for m in re.findall(r'"job_id": "(\d+)"', out)}
+    assert len(ids) == 1, ids
+    assert sum('"submitted": true' in out for out in outs) == 1
+    listed = subprocess.run(["squeue", "-h", "-o", "%i|%k"], capture_output=True, text=True)
+    assert sum(f"modak-run={run_id}" in line for line in listed.stdout.splitlines()) <= 1
+    # the record lost (as when it could not be written): the job is found by its run id
+    (work / ".modak-job.json").unlink()
+    again = subprocess.run(["ansible", "localhost", "-c", "local", "-m", "modak.modak.modak_job",
+                            "-a", args], cwd=ROOT, env=env, capture_output=True, text=True)
+    subprocess.run(["scancel", *ids], capture_output=True)
+    assert re.findall(r'"job_id": "(\d+)"', again.stdout) == list(ids), again.stdout
+    assert '"submitted": false' in again.stdout

@@ -12,6 +12,7 @@ __metaclass__ = type
 
 import json
 import os
+import pwd
 import re
 import signal
 import subprocess
@@ -87,10 +88,12 @@ class Status(object):
 class Slurm(object):
     name = "slurm"
 
-    def submit(self, workdir, script, stdout, stderr):
+    def submit(self, workdir, script, stdout, stderr, run_id=None):
         # the output files on the command line win over the script's directives, so that
-        # the module reads what it was told the job writes
+        # the module reads what it was told the job writes; the run id rides in the job's
+        # comment so that a lost record can be found again (find)
         argv = ["sbatch", "--parsable", "--output=" + stdout]
+        argv += ["--comment=modak-run=" + run_id] if run_id else []
         argv += ["--error=" + stderr] if stderr else []
         rc, out, err = run(argv + [script], cwd=workdir)
         job_id = out.strip().split(";", maxsplit=1)[0]
@@ -127,6 +130,18 @@ class Slurm(object):
     def cancel(self, workdir, job_id):
         run(["scancel", job_id])
 
+    def find(self, run_id):
+        """The id of a job of this user whose comment names the run, or None."""
+        user = pwd.getpwuid(os.getuid()).pw_name
+        rc, out, err = run(["squeue", "-h", "-u", user, "-o", "%i|%k"], check=False)
+        if rc != 0:
+            return None
+        for line in out.splitlines():
+            job_id, dummy, comment = line.strip().partition("|")
+            if comment == "modak-run=" + run_id and job_id.isdigit():
+                return job_id
+        return None
+
 
 def _slurm_status(state, code, reason=None):
     exit_code = None
@@ -157,7 +172,7 @@ class Pbs(object):
     """
     name = "pbs"
 
-    def submit(self, workdir, script, stdout, stderr):
+    def submit(self, workdir, script, stdout, stderr, run_id=None):
         argv = ["qsub", "-o", stdout] + (["-e", stderr] if stderr else ["-j", "oe"]) + [script]
         rc, out, err = run(argv, cwd=workdir)
         job_id = out.strip().splitlines()[-1].strip() if out.strip() else ""

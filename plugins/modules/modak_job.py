@@ -165,6 +165,7 @@ waited_s:
   type: float
 """
 
+import fcntl
 import hashlib
 import json
 import os
@@ -229,6 +230,10 @@ def main():
         module.fail_json(msg="job script %s does not exist" % script, **result)
     sched = get_scheduler(p["scheduler"])
     digest = sha256(script)
+    # one submitter per run at a time: the check, the submission and the record are one step
+    # (two deploys of the same run at the same moment submit once)
+    lock = open(os.path.join(workdir, RECORD + ".lock"), "a")
+    fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
     record = load_record(workdir)
     if record and record.get("run_id") == p["run_id"] and record.get("sha256") != digest:
         module.fail_json(msg="the job script of run %s changed since it was submitted as job %s;"
@@ -243,15 +248,26 @@ def main():
             result["changed"] = True
             if module.check_mode:
                 module.exit_json(msg="would submit run %s" % p["run_id"], **result)
-            if p["scheduler"] == "local":
-                job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
-                                      walltime=p["walltime"])
-            else:
-                job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"])
+            # a job of this run the scheduler knows (its record was lost): adopt it
+            job_id = sched.find(p["run_id"]) if hasattr(sched, "find") else None
+            if job_id is None:
+                if p["scheduler"] == "local":
+                    job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
+                                          walltime=p["walltime"])
+                else:
+                    job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
+                                          run_id=p["run_id"])
+                result["submitted"] = True
             record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
                       "scheduler": p["scheduler"], "submitted_at": time.time()}
-            save_record(workdir, record)
-            result["submitted"] = True
+            try:
+                save_record(workdir, record)
+            except (IOError, OSError) as exc:
+                module.fail_json(
+                    msg="job %s of run %s was submitted and runs, but its record could not be "
+                    "written in %s (%s): free the space, then run the same command again - it "
+                    "finds the job by its run id and does not submit it twice"
+                    % (job_id, p["run_id"], workdir, exc), job_id=job_id, **result)
         if record is None:
             module.exit_json(msg="run %s was not submitted" % p["run_id"], **result)
         job_id = record["job_id"]

@@ -16,12 +16,10 @@ __metaclass__ = type
 
 import time
 
-from ansible.errors import AnsibleConnectionFailure
-from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.modak.modak.plugins.plugin_utils.modak_progress import (
-    Orphaned, ParentWatch, clock)
+    Orphaned, ParentWatch, PollingAction, clock)
 
 display = Display()
 MODULE = "modak.modak.modak_job"
@@ -38,15 +36,8 @@ def progress_line(host, status, waited):
         " (%s)" % reason if reason and reason not in ("None", "(null)") else "", clock(since))
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-
-    def _query(self, args, task_vars):
-        try:
-            return self._execute_module(module_name=MODULE, module_args=args,
-                                        task_vars=task_vars)
-        except AnsibleConnectionFailure as exc:
-            return dict(unreachable=True, msg=str(exc))
+class ActionModule(PollingAction):
+    MODULE = MODULE
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)

@@ -9,6 +9,23 @@ __metaclass__ = type
 
 import os
 
+from ansible.errors import AnsibleConnectionFailure
+from ansible.plugins.action import ActionBase
+
+
+class PollingAction(ActionBase):
+    """An action plugin that asks its module again and again (a wait with progress lines)."""
+    TRANSFERS_FILES = False
+    MODULE = None  # the module's fully qualified name
+
+    def _query(self, args, task_vars):
+        """The module's answer; a connection that failed is an answer too (unreachable)."""
+        try:
+            return self._execute_module(module_name=self.MODULE, module_args=args,
+                                        task_vars=task_vars)
+        except AnsibleConnectionFailure as exc:
+            return dict(unreachable=True, msg=str(exc))
+
 
 class Orphaned(Exception):
     """ansible-playbook, which started this worker, is gone (killed): stop waiting."""

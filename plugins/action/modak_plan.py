@@ -56,6 +56,7 @@ class ActionModule(ActionBase):
         try:
             from modak_lib.cli import _predictor
             from modak_lib.errors import ModakError
+            from modak_lib.files import write_atomic
             from modak_lib.models import Configuration
             from modak_lib.paths import user_dir
             from modak_lib.pipeline import make_plan, with_target
@@ -136,24 +137,22 @@ class ActionModule(ActionBase):
 
         out = os.path.join(args["out_dir"], run_id)
         changed = False
-        if not self._play_context.check_mode:
-            for d in (out, os.path.dirname(pin)):
-                if not os.path.isdir(d):
-                    os.makedirs(d)
+        # each file through its own temporary name and an atomic rename: two plays of the
+        # same run at once (deploy and cancel) never read a half-written file
         for name, text in plan.files.items():
             path = os.path.join(out, name)
             old = None
-            if os.path.exists(path):
+            if os.path.isfile(path) and not os.path.islink(path):
                 with open(path) as f:
                     old = f.read()
             if old != text:
                 changed = True
-                if not self._play_context.check_mode:
-                    with open(path + ".tmp", "w") as f:
-                        f.write(text)
-                    os.rename(path + ".tmp", path)
-        if not self._play_context.check_mode:
-            os.chmod(os.path.join(out, plan.plan.job_script), 0o755)
+            if not self._play_context.check_mode:
+                try:
+                    write_atomic(out, name, text,
+                                 0o755 if name == plan.plan.job_script else 0o644)
+                except ModakError as exc:
+                    raise AnsibleActionFail("MODAK plan failed: %s" % exc)
         chosen = plan.plan.candidates[0]
         summary = dict(
             plan_dir=out, run_id=run_id, files=sorted(plan.files), job_name=request.job.job_name,
@@ -164,9 +163,7 @@ class ActionModule(ActionBase):
             msg="planned %s: %s (decided by %s)" % (run_id, plan.plan.chosen.label(),
                                                     plan.plan.decided_by))
         if not self._play_context.check_mode:
-            with open(pin + ".tmp", "w") as f:
-                json.dump(summary, f)
-            os.rename(pin + ".tmp", pin)
+            write_atomic(os.path.dirname(pin), os.path.basename(pin), json.dumps(summary))
         result.update(summary, changed=changed, plan=json.loads(plan.files["plan.json"]),
                       app_files=shipped, dirs=dirs)
         return result

@@ -43,8 +43,10 @@ class ActionModule(ActionBase):
             if args["require"]:
                 raise AnsibleActionFail(
                     "the job printed no figure of merit (no {\"modak\": \"fom\"} line in %s): "
-                    "the runtime (python3 -m modak_runtime) did not run, or was killed before "
-                    "its end" % args["output"])
+                    "the runtime (python3 -m modak_runtime) did not run, was killed before its "
+                    "end, or its output could not be written (a full disk); nothing was "
+                    "recorded. The run is kept as it is: to run the job again, add "
+                    "-e modak_new_run=true" % args["output"])
             result.update(changed=False, recorded=0, measured=None)
             return result
         target = plan["target"]

@@ -23,9 +23,11 @@ def commands(tmp_path, monkeypatch):
 
     def define(**answers):
         for name, (code, out, err) in answers.items():
+            (bin_dir / f"{name}.stdout").write_text(out)
+            (bin_dir / f"{name}.stderr").write_text(err)
             path = bin_dir / name
-            path.write_text(f"#!/bin/sh\nprintf '%s' {json.dumps(out)}\n"
-                            f"printf '%s' {json.dumps(err)} >&2\nexit {code}\n")
+            path.write_text(f"#!/bin/sh\ncat '{bin_dir}/{name}.stdout'\n"
+                            f"cat '{bin_dir}/{name}.stderr' >&2\nexit {code}\n")
             path.chmod(0o755)
     return define
 
@@ -61,3 +63,108 @@ def test_a_pbs_server_that_does_not_answer_is_not_a_final_state(commands, tmp_pa
     commands(qstat=(1, "", "Communication failure.\nqstat: cannot connect to server pbs"))
     status = jobctl.scheduler("pbs").status(str(tmp_path), "42.pbs", job_output(tmp_path))
     assert status.state == "UNKNOWN" and not status.terminal
+
+
+# ---------------------------------------------------------------------------
+# the contract: what each scheduler's commands print -> the portable state and exit code.
+# Formats as Slurm 22.05 (Debian 12) and its PBS/Torque wrappers print them; `None` for a
+# command means it is not reached (or fails as when accounting is off).
+NO_ACCT = (1, "", "sacct: error: Slurm accounting storage is disabled")
+GONE = (1, "", "slurm_load_jobs error: Invalid job id specified")
+
+
+def scontrol(state, code, reason="None"):
+    return (0, f"JobId=42 JobName=train UserId=hpcuser(1000) JobState={state} Reason={reason} "
+               f"Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 ExitCode={code}\n", "")
+
+
+SLURM = [
+    # (case, squeue, sacct, scontrol, job's last line exit code, state, exit code)
+    ("running", (0, "RUNNING|None\n", ""), None, None, None, "RUNNING", None),
+    ("pending", (0, "PENDING|Resources\n", ""), None, None, None, "PENDING", None),
+    ("completed", (0, "", ""), NO_ACCT, scontrol("COMPLETED", "0:0"), 0, "COMPLETED", 0),
+    ("failed", (0, "", ""), NO_ACCT, scontrol("FAILED", "1:0", "NonZeroExitCode"), 1,
+     "FAILED", 1),
+    ("completed-nonzero", (0, "", ""), NO_ACCT, scontrol("COMPLETED", "3:0"), 3, "FAILED", 3),
+    ("timeout", (0, "", ""), NO_ACCT, scontrol("TIMEOUT", "0:15", "TimeLimit"), None,
+     "TIMEOUT", 143),
+    ("cancelled", (0, "", ""), NO_ACCT, scontrol("CANCELLED", "0:15"), None, "CANCELLED", 143),
+    ("node-fail", (0, "", ""), NO_ACCT, scontrol("NODE_FAIL", "0:0", "NodeDown"), None,
+     "NODE_FAIL", 0),
+    ("out-of-memory", (0, "", ""), NO_ACCT, scontrol("OUT_OF_MEMORY", "0:125"), None,
+     "OUT_OF_MEMORY", 253),
+    ("preempted", (0, "", ""), NO_ACCT, scontrol("PREEMPTED", "0:15"), None, "PREEMPTED", 143),
+    ("sacct-cancelled-by", (0, "", ""), (0, "CANCELLED by 1000|0:15\n", ""), None, None,
+     "CANCELLED", 143),
+    ("sacct-completed", (0, "", ""), (0, "COMPLETED|0:0\n", ""), None, 0, "COMPLETED", 0),
+    ("sacct-timeout", (0, "", ""), (0, "TIMEOUT|0:0\n", ""), None, None, "TIMEOUT", 0),
+    ("forgotten-line-ok", GONE, NO_ACCT, GONE, 0, "COMPLETED", 0),
+    ("forgotten-line-failed", GONE, NO_ACCT, GONE, 2, "FAILED", 2),
+    ("forgotten-no-line", GONE, NO_ACCT, GONE, None, "FAILED", None),
+    ("controller-down", (1, "", DOWN), None, None, None, "UNKNOWN", None),
+    ("controller-down-later", (0, "", ""), NO_ACCT, (1, "", DOWN), None, "UNKNOWN", None),
+]
+
+
+def qstat(state, exit_status=None):
+    lines = ["Job Id: 42.localhost", "    Job_Name = train", f"    job_state = {state}"]
+    if exit_status is not None:
+        lines.append(f"    exit_status = {exit_status}")
+    return (0, "\n".join(lines) + "\n", "")
+
+
+PBS = [
+    # (case, qstat, job's last line exit code, extra output, state, exit code)
+    ("queued", qstat("Q"), None, "", "PENDING", None),
+    ("held", qstat("H"), None, "", "PENDING", None),
+    ("running", qstat("R"), None, "", "RUNNING", None),
+    ("exiting", qstat("E"), None, "", "RUNNING", None),
+    ("completed", qstat("C", 0), 0, "", "COMPLETED", 0),
+    ("failed", qstat("C", 1), 1, "", "FAILED", 1),
+    ("walltime", qstat("C", -11), None, "", "TIMEOUT", -11),
+    ("qdel", qstat("C", 271), None, "", "CANCELLED", 271),
+    # the Slurm wrappers: job_state C for every end, no exit_status
+    ("wrapper-completed", qstat("C"), 0, "", "COMPLETED", 0),
+    ("wrapper-failed", qstat("C"), 4, "", "FAILED", 4),
+    ("wrapper-timeout", qstat("C"), None,
+     "slurmstepd: error: *** JOB 42 ON localhost CANCELLED AT 2026-11-22T10:00:00 DUE TO TIME "
+     "LIMIT ***", "TIMEOUT", None),
+    ("wrapper-cancelled", qstat("C"), None,
+     "slurmstepd: error: *** JOB 42 ON localhost CANCELLED AT 2026-11-22T10:00:00 ***",
+     "CANCELLED", None),
+    ("wrapper-oom", qstat("C"), None,
+     "slurmstepd: error: Detected 1 oom-kill event(s) in StepId=42.batch", "OUT_OF_MEMORY",
+     None),
+    ("unknown-job", (1, "", "qstat: Unknown Job Id 42.localhost"), 0, "", "COMPLETED", 0),
+    ("server-down", (1, "", "Communication failure.\ncannot connect to server"), None, "",
+     "UNKNOWN", None),
+]
+
+
+def _output(tmp_path, code, extra=""):
+    return job_output(tmp_path, code) if not extra else _with(job_output(tmp_path, code), extra)
+
+
+def _with(path, extra):
+    with open(path, "a") as f:
+        f.write(extra + "\n")
+    return path
+
+
+@pytest.mark.parametrize("case,squeue,sacct,scontrol_,line,state,code", SLURM,
+                         ids=[c[0] for c in SLURM])
+def test_slurm_contract(case, squeue, sacct, scontrol_, line, state, code, commands, tmp_path):
+    absent = (127, "", "not reached")
+    commands(squeue=squeue, sacct=sacct or absent, scontrol=scontrol_ or absent)
+    status = jobctl.scheduler("slurm").status(str(tmp_path), "42", job_output(tmp_path, line))
+    assert (status.state, status.exit_code) == (state, code)
+    assert status.terminal == (state not in ("RUNNING", "PENDING", "UNKNOWN"))
+
+
+@pytest.mark.parametrize("case,qstat_,line,extra,state,code", PBS, ids=[c[0] for c in PBS])
+def test_pbs_contract(case, qstat_, line, extra, state, code, commands, tmp_path):
+    commands(qstat=qstat_)
+    status = jobctl.scheduler("pbs").status(str(tmp_path), "42.localhost",
+                                            _output(tmp_path, line, extra))
+    assert (status.state, status.exit_code) == (state, code)
+    assert status.terminal == (state not in ("RUNNING", "PENDING", "UNKNOWN"))

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from modak_lib.catalogue import load_catalogue  # noqa: E402
-from modak_lib.cli import _predictor  # noqa: E402
+from modak_lib.predict import load_predictor  # noqa: E402
 from modak_lib.pipeline import make_plan, option_environment  # noqa: E402
 from modak_lib.readers import read_request  # noqa: E402
 from modak_lib.report import table_lines  # noqa: E402
@@ -42,7 +42,7 @@ def main() -> int:
     a = ap.parse_args()
     request = read_request(ROOT / "examples/mnist-cnn/blueprint.yaml",
                            infra=ROOT / "examples/infra/local.yaml")
-    plan = make_plan(request, predictor=_predictor("auto")).plan
+    plan = make_plan(request, predictor=load_predictor("auto")).plan
     cat = load_catalogue()
     variant = cat.variant(plan.chosen.image)
     chosen_env = option_environment(plan.chosen, variant, request, cat)

@@ -162,47 +162,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _predictor(choice: str, args: Optional[argparse.Namespace] = None):
-    """The performance model the planner asks, or None for the prior.
-
-    A linear model is evaluated from its exported formula (fast: no scikit-learn or pandas);
-    other estimators load scikit-learn. ``auto`` fits a model on first use.
-    """
-    say = (lambda text: _say(args, text)) if args is not None else (lambda text: None)
-    if choice == "none":
-        say("no model: the rule-based prior decides")
-        return None
-    from .model import default_path
-    from .predict import FastPredictor, PredictError
-    path = default_path() if choice == "auto" else Path(choice)
-    if not path.exists():
-        if choice != "auto":
-            raise ModakError(f"{path}: no fitted model (run `modak model fit`)")
-        try:
-            import sklearn  # noqa: F401
-        except ImportError:
-            say("no model and no scikit-learn to fit one: the prior decides")
-            return None
-        from .model import fit_if_possible
-        say(f"no model at {path} yet: fitting one on the measured dataset (once)")
-        if not fit_if_possible(path):
-            say("nothing to fit on: the prior decides")
-            return None
-    try:
-        say(f"model {path}")
-        return FastPredictor.load(path)
-    except PredictError as exc:
-        if "refit" in str(exc):
-            if choice != "auto":
-                raise ModakError(str(exc)) from None
-            # the saved model is from another MODAK (features may differ): refit it once
-            from .model import fit_if_possible
-            say(f"{exc}: refitting it now")
-            if not fit_if_possible(path):
-                return None
-            return FastPredictor.load(path)
-    from .model import ModelPredictor, load, training_frame  # a non-linear estimator
-    from .results import ResultsStore, load_frame
-    return ModelPredictor(load(path), training_frame(load_frame(ResultsStore())))
+    """The planner's predictor for ``--model`` (see :func:`predict.load_predictor`)."""
+    from .predict import load_predictor
+    return load_predictor(choice, say=(lambda text: _say(args, text)) if args else None)
 
 
 def cmd_model(args: argparse.Namespace) -> int:

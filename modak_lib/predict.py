@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from . import __version__
+from .errors import ModakError
 from .models import Configuration, JobRequest, Prediction
 from .workload import key as workload_key, label as workload_label
 
@@ -280,3 +281,46 @@ class FastPredictor:
                         used.append(f"{k}={row[k]}")
             return shift, used
         return correct
+
+
+def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = None):
+    """The performance model the planner asks, or None for the prior.
+
+    A linear model is evaluated from its exported formula (fast: no scikit-learn or pandas);
+    other estimators load scikit-learn. ``auto`` fits a model on first use.
+    """
+    say = say or (lambda text: None)
+    if choice == "none":
+        say("no model: the rule-based prior decides")
+        return None
+    from .model import default_path
+    path = default_path() if choice == "auto" else Path(choice)
+    if not path.exists():
+        if choice != "auto":
+            raise ModakError(f"{path}: no fitted model (run `modak model fit`)")
+        try:
+            import sklearn  # noqa: F401
+        except ImportError:
+            say("no model and no scikit-learn to fit one: the prior decides")
+            return None
+        from .model import fit_if_possible
+        say(f"no model at {path} yet: fitting one on the measured dataset (once)")
+        if not fit_if_possible(path):
+            say("nothing to fit on: the prior decides")
+            return None
+    try:
+        say(f"model {path}")
+        return FastPredictor.load(path)
+    except PredictError as exc:
+        if "refit" in str(exc):
+            if choice != "auto":
+                raise ModakError(str(exc)) from None
+            # the saved model is from another MODAK (features may differ): refit it once
+            from .model import fit_if_possible
+            say(f"{exc}: refitting it now")
+            if not fit_if_possible(path):
+                return None
+            return FastPredictor.load(path)
+    from .model import ModelPredictor, load, training_frame  # a non-linear estimator
+    from .results import ResultsStore, load_frame
+    return ModelPredictor(load(path), training_frame(load_frame(ResultsStore())))

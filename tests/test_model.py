@@ -255,7 +255,7 @@ def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
 
 def test_a_model_saved_by_another_modak_is_refitted_when_auto(tmp_path, monkeypatch):
     from modak_lib import __version__
-    from modak_lib.cli import _predictor
+    from modak_lib.predict import load_predictor
     from modak_lib.errors import ModakError
     path = tmp_path / "model.joblib"
     monkeypatch.setenv("MODAK_MODEL", str(path))
@@ -266,8 +266,8 @@ def test_a_model_saved_by_another_modak_is_refitted_when_auto(tmp_path, monkeypa
     meta["versions"]["modak"] = "0.0.1"  # an older MODAK, other features
     side.write_text(json.dumps(meta))
     with pytest.raises(ModakError, match="refit"):  # a file named explicitly: say so
-        _predictor(str(path))
-    predictor = _predictor("auto")  # the default: refitted from the shipped dataset
+        load_predictor(str(path))
+    predictor = load_predictor("auto")  # the default: refitted from the shipped dataset
     assert predictor is not None and predictor.meta["versions"]["modak"] == __version__
     assert json.loads(side.read_text())["versions"]["modak"] == __version__
 

@@ -54,7 +54,7 @@ class ActionModule(ActionBase):
             required_one_of=[("request", "nodes")])
         check_library("modak_plan")
         try:
-            from modak_lib.cli import _predictor
+            from modak_lib.predict import load_predictor
             from modak_lib.errors import ModakError
             from modak_lib.files import write_atomic
             from modak_lib.models import Configuration
@@ -121,7 +121,7 @@ class ActionModule(ActionBase):
                     "arguments": request.application.arguments + tuple(args["extra_arguments"])})
                 request = request.model_copy(update={"application": app})
             force = Configuration.model_validate(args["force"]) if args["force"] else None
-            predictor = _predictor(args["model"])
+            predictor = load_predictor(args["model"])
             names = tuple(pair[1] for pair in app_files)
             plan = make_plan(request, predictor=predictor, run_id=args["run_id"],
                              ca_certs=args["ca_certs"], force=force, app_files=names,

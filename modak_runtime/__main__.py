@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import runpy
+import signal
 import sys
 import traceback
 from typing import Optional
@@ -41,6 +42,23 @@ def _short(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+class Terminated(BaseException):
+    """SIGTERM (a scheduler's wall-time or cancel signal) reached the training."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated("terminated by SIGTERM (the scheduler's wall-time limit or a cancel)")
+
+
+def handle_sigterm() -> None:
+    """In a container this process is PID 1, and the kernel drops signals that PID 1 has no
+    handler for: without one, a scheduler's SIGTERM at the wall time would not stop the
+    training (it would run on until the SIGKILL). The handler ends the script cleanly, so
+    that its record (status failed, the reason) is still printed."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["--"]:
@@ -57,6 +75,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         print(USAGE, file=sys.stderr)
         return 2
+    handle_sigterm()
     config = knobs_from_env()
     session = Session(config, target)
     torch_support.install(session)
@@ -87,7 +106,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                      "message": _short(f"the script exited with status {exc.code}")}
     except BaseException as exc:  # the script's failure: report it, then exit non-zero
         traceback.print_exc()
-        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        code = (130 if isinstance(exc, KeyboardInterrupt)
+                else 128 + signal.SIGTERM if isinstance(exc, Terminated) else 1)
         knob = blame(exc, config)
         status = "failed"
         error = {"type": f"{type(exc).__module__}.{type(exc).__name__}", "knob": knob,

@@ -305,3 +305,27 @@ def test_application_files_of_orchestrator_nodes_come_from_the_named_directory(t
     got = application_files(req, base=str(tmp_path))
     assert [dest for _, dest in got] == ["pkg/train.py"]  # no cache, no link
     assert application_files(req) == []  # no file, no directory: nothing to copy
+
+
+def test_sigterm_reaches_the_script_even_as_pid_1(tmp_path):
+    """In a container the runtime is PID 1, which the kernel shields from signals it has no
+    handler for; a wall-time SIGTERM must still end the training, with its record."""
+    import shutil
+    import signal
+    import time
+    if not shutil.which("unshare") or os.geteuid() != 0:
+        pytest.skip("needs root and unshare (util-linux) for a PID namespace")
+    script = tmp_path / "forever.py"
+    script.write_text("import time\nwhile True:\n    time.sleep(0.1)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", sys.executable,
+                             "-m", "modak_runtime", "--", str(script)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+    (pid_1,) = children.stdout.split()  # the runtime: PID 1 of its namespace
+    os.kill(int(pid_1), signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    (record,) = parse_fom_lines(out)
+    assert record["status"] == "failed" and "SIGTERM" in record["error"]["message"]
+    assert proc.returncode == 128 + signal.SIGTERM

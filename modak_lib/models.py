@@ -148,6 +148,26 @@ class Application(Strict):
         (), description="files or directories, relative to the request file, that the run "
         "directory receives (default: the script's directory)")
 
+    @field_validator("framework_version", mode="after")
+    @classmethod
+    def _version(cls, value: Optional[str]) -> Optional[str]:
+        """A version (2.13, 2.1.0) or a specifier (>=2.1,<3), checked where it is read so
+        that the error names the file and the field."""
+        if value is None or value.strip() in ("", "*", "latest"):
+            return value
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import InvalidVersion, Version
+        text = value.strip()
+        try:
+            if text[0].isdigit() and not any(c in text for c in "<>=!~,"):
+                Version(text)
+            else:
+                SpecifierSet(text)
+        except (InvalidVersion, InvalidSpecifier):
+            raise ValueError(f"invalid version {value!r}: a version such as 2.13 or a "
+                             "specifier such as >=2.1,<3") from None
+        return value
+
 
 MAX_COMPILER_MODES = 8  # each mode multiplies the candidates
 CompilerMode = Annotated[str, AfterValidator(

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 from . import __version__, workload
 from .catalogue import Catalogue, Variant, load_catalogue
+from .errors import InputError
 from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Scheduler, Target
 from .readers.common import validate
 from .readers.infra import merge_target
@@ -97,7 +98,10 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     plan as what the run directory receives, and their digest in the job script (so that
     an edited script is a new run)."""
     cat = catalogue or load_catalogue()
-    decision = decide(request, predictor, cat, force=force)
+    try:
+        decision = decide(request, predictor, cat, force=force)
+    except InputError as exc:  # found while deciding: still the request's file
+        raise exc.with_source(request.source) from None
     cfg, res = decision.chosen, decision.resources
     variant = cat.variant(cfg.image)
     target = request.target

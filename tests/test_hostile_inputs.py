@@ -252,6 +252,9 @@ CASES = {
                       "'..' is not allowed"),
     "script-dash": ({"r.json": dsl(application={"executable": "-c evil"})}, [], R, None),
     "not-a-mapping": ({"r.json": "[1, 2, 3]"}, [], R, None),
+    "version-garbage": ({"r.json": dsl(**{
+        "optimisation__app_type-ai_training__ai_framework-pytorch__version": "2.x.y"})}, [], R,
+        "r.json: job.optimisation.app_type-ai_training.ai_framework-*.version: invalid version"),
     "binary-garbage": ({"bp.yaml": "\udcff"}, [], R, None),
     # --- --out holding links where MODAK writes
     "out-link-job": ({"r.json": dsl(), "out/job.sh": ("symlink", "/tmp/modak-victim")}, [], R,

@@ -14,12 +14,9 @@ __metaclass__ = type
 
 import time
 
-from ansible.utils.display import Display
-
 from ansible_collections.modak.modak.plugins.plugin_utils.modak_progress import (
-    Orphaned, ParentWatch, PollingAction, clock)
+    Orphaned, ParentWatch, PollingAction, clock, say, warn)
 
-display = Display()
 MODULE = "modak.modak.modak_image"
 
 
@@ -52,7 +49,7 @@ class ActionModule(PollingAction):
                                      "to it" % (args.get("image"), answer.get("msg")))
                     result.update(answer)
                     return result
-                display.warning("[%s] looking at the build failed (%s): retrying"
+                warn("[%s] looking at the build failed (%s): retrying"
                                 % (host, " ".join(str(answer.get("msg")).split())[:200]))
                 try:
                     self._connection.reset()
@@ -63,12 +60,12 @@ class ActionModule(PollingAction):
             failures = 0
             if answer.get("failed") or not answer.get("building"):
                 if answer.get("built"):
-                    display.display("[%s] built %s in %s" % (
+                    say("[%s] built %s in %s" % (
                         host, args.get("image"), clock(answer.get("duration_s") or 0)))
                 result.update(answer)
                 return result
             step = answer.get("step") or "starting"
-            display.display("[%s] building %s, %s: %s" % (
+            say("[%s] building %s, %s: %s" % (
                 host, args.get("image"), clock(answer.get("running_s") or 0),
                 step if step != last_step else "(same step)"))
             last_step = step

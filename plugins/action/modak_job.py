@@ -16,12 +16,9 @@ __metaclass__ = type
 
 import time
 
-from ansible.utils.display import Display
-
 from ansible_collections.modak.modak.plugins.plugin_utils.modak_progress import (
-    Orphaned, ParentWatch, PollingAction, clock)
+    Orphaned, ParentWatch, PollingAction, clock, say, warn)
 
-display = Display()
 MODULE = "modak.modak.modak_job"
 
 
@@ -57,7 +54,7 @@ class ActionModule(PollingAction):
             return result
         submitted = status.get("changed", False)
         started = time.time()
-        display.display(progress_line(host, status, 0))
+        say(progress_line(host, status, 0))
         failures, last = 0, status
         watch = ParentWatch()
         while not status.get("terminal") and time.time() - started < timeout:
@@ -76,7 +73,7 @@ class ActionModule(PollingAction):
                     result.update(last, failed=True, waited_s=round(time.time() - started, 1),
                                   msg=self._lost_message(last, failures, why))
                     return result
-                display.warning("[%s] status query %d/%d failed (%s); job %s keeps its last "
+                warn("[%s] status query %d/%d failed (%s); job %s keeps its last "
                                 "known state %s, retrying in %d s"
                                 % (host, failures, retries, why, last.get("job_id"),
                                    last.get("state"), poll))
@@ -86,7 +83,7 @@ class ActionModule(PollingAction):
                     pass
                 continue
             failures, status, last = 0, answer, answer
-            display.display(progress_line(host, status, time.time() - started))
+            say(progress_line(host, status, time.time() - started))
 
         result.update(status, changed=submitted, waited_s=round(time.time() - started, 1))
         if not status.get("terminal"):

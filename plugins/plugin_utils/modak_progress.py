@@ -9,8 +9,23 @@ __metaclass__ = type
 
 import os
 
+from ansible import constants as C
 from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+
+def say(text):
+    """A progress line for people. When the play's standard output is machine-read (a JSON
+    stdout callback, as xOpera uses), the line goes to standard error instead."""
+    callback = str(getattr(C, "DEFAULT_STDOUT_CALLBACK", "") or "")
+    display.display(text, stderr="json" in callback)
+
+
+def warn(text):
+    display.warning(text)
 
 
 class PollingAction(ActionBase):

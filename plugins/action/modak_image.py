@@ -50,7 +50,7 @@ class ActionModule(PollingAction):
                     result.update(answer)
                     return result
                 warn("[%s] looking at the build failed (%s): retrying"
-                                % (host, " ".join(str(answer.get("msg")).split())[:200]))
+                     % (host, " ".join(str(answer.get("msg")).split())[:200]))
                 try:
                     self._connection.reset()
                 except Exception:  # pylint: disable=broad-except

@@ -74,9 +74,9 @@ class ActionModule(PollingAction):
                                   msg=self._lost_message(last, failures, why))
                     return result
                 warn("[%s] status query %d/%d failed (%s); job %s keeps its last "
-                                "known state %s, retrying in %d s"
-                                % (host, failures, retries, why, last.get("job_id"),
-                                   last.get("state"), poll))
+                     "known state %s, retrying in %d s"
+                     % (host, failures, retries, why, last.get("job_id"),
+                        last.get("state"), poll))
                 try:  # a dead SSH master would fail every later poll too
                     self._connection.reset()
                 except Exception:  # pylint: disable=broad-except

@@ -118,6 +118,12 @@ def main(argv: Optional[list[str]] = None) -> int:
                   file=sys.stderr)
     sys.stdout.flush()
     emit(session.record(status, error))
+    if code == 128 + signal.SIGTERM and error and error["type"].endswith(".Terminated"):
+        # the scheduler wants the processes gone: no interpreter shutdown (a framework's
+        # exit hooks, e.g. a compile worker pool, could hold the job for its kill timeout)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code
 
 

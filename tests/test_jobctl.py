@@ -101,6 +101,12 @@ SLURM = [
     ("forgotten-line-ok", GONE, NO_ACCT, GONE, 0, "COMPLETED", 0),
     ("forgotten-line-failed", GONE, NO_ACCT, GONE, 2, "FAILED", 2),
     ("forgotten-no-line", GONE, NO_ACCT, GONE, None, "FAILED", None),
+    ("completing-cancelled", (0, "COMPLETING|None\n", ""), None,
+     scontrol("CANCELLED", "0:15"), None, "CANCELLED", 143),
+    ("completing-timeout", (0, "COMPLETING|None\n", ""), None,
+     scontrol("TIMEOUT", "0:15", "TimeLimit"), None, "TIMEOUT", 143),
+    ("completing-success", (0, "COMPLETING|None\n", ""), None, scontrol("COMPLETED", "0:0"),
+     0, "COMPLETING", None),
     ("controller-down", (1, "", DOWN), None, None, None, "UNKNOWN", None),
     ("controller-down-later", (0, "", ""), NO_ACCT, (1, "", DOWN), None, "UNKNOWN", None),
 ]
@@ -158,7 +164,7 @@ def test_slurm_contract(case, squeue, sacct, scontrol_, line, state, code, comma
     commands(squeue=squeue, sacct=sacct or absent, scontrol=scontrol_ or absent)
     status = jobctl.scheduler("slurm").status(str(tmp_path), "42", job_output(tmp_path, line))
     assert (status.state, status.exit_code) == (state, code)
-    assert status.terminal == (state not in ("RUNNING", "PENDING", "UNKNOWN"))
+    assert status.terminal == (state not in ("RUNNING", "PENDING", "COMPLETING", "UNKNOWN"))
 
 
 @pytest.mark.parametrize("case,qstat_,line,extra,state,code", PBS, ids=[c[0] for c in PBS])
@@ -167,4 +173,4 @@ def test_pbs_contract(case, qstat_, line, extra, state, code, commands, tmp_path
     status = jobctl.scheduler("pbs").status(str(tmp_path), "42.localhost",
                                             _output(tmp_path, line, extra))
     assert (status.state, status.exit_code) == (state, code)
-    assert status.terminal == (state not in ("RUNNING", "PENDING", "UNKNOWN"))
+    assert status.terminal == (state not in ("RUNNING", "PENDING", "COMPLETING", "UNKNOWN"))

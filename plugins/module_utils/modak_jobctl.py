@@ -109,6 +109,15 @@ class Slurm(object):
         line = out.strip().splitlines()[0] if rc == 0 and out.strip() else ""
         if line:
             state, dummy, reason = line.partition("|")
+            if state == "COMPLETING":
+                # the job has ended and Slurm is cleaning up its processes (a container
+                # started when the job was cancelled can take a minute): a cancel, a time-out
+                # or a failure is final now; a success waits until its output is complete
+                ended = self._scontrol(job_id)
+                if ended is not None and ended.terminal and ended.state != "COMPLETED":
+                    ended.reason = "ended %s; Slurm is still cleaning up its processes" % (
+                        ended.state)
+                    return ended
             if state in ACTIVE:
                 return Status(state, reason=reason or None)
         # finished (or finishing): sacct when accounting runs, else scontrol's memory
@@ -121,11 +130,22 @@ class Slurm(object):
         silent = no_answer("scontrol", rc, out, err)
         if silent:
             return silent
+        ended = self._parse_scontrol(rc, out)
+        if ended is not None:
+            return ended
+        return _from_job_line(stdout, "slurm knows no job %s any more" % job_id)
+
+    def _scontrol(self, job_id):
+        rc, out, err = run(["scontrol", "-o", "show", "job", job_id], check=False)
+        return self._parse_scontrol(rc, out)
+
+    @staticmethod
+    def _parse_scontrol(rc, out):
         if rc == 0 and "JobState=" in out:
             fields = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
             return _slurm_status(fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", ""),
                                  fields.get("Reason"))
-        return _from_job_line(stdout, "slurm knows no job %s any more" % job_id)
+        return None
 
     def cancel(self, workdir, job_id):
         run(["scancel", job_id])

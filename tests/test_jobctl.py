@@ -101,12 +101,14 @@ SLURM = [
     ("forgotten-line-ok", GONE, NO_ACCT, GONE, 0, "COMPLETED", 0),
     ("forgotten-line-failed", GONE, NO_ACCT, GONE, 2, "FAILED", 2),
     ("forgotten-no-line", GONE, NO_ACCT, GONE, None, "FAILED", None),
-    ("completing-cancelled", (0, "COMPLETING|None\n", ""), None,
-     scontrol("CANCELLED", "0:15"), None, "CANCELLED", 143),
-    ("completing-timeout", (0, "COMPLETING|None\n", ""), None,
-     scontrol("TIMEOUT", "0:15", "TimeLimit"), None, "TIMEOUT", 143),
-    ("completing-success", (0, "COMPLETING|None\n", ""), None, scontrol("COMPLETED", "0:0"),
-     0, "COMPLETING", None),
+    # Slurm says COMPLETING (squeue and scontrol alike) while it cleans up; slurmstepd has
+    # written why it ended the job
+    ("completing-cancelled", (0, "COMPLETING|None\n", ""), None, None, None, "CANCELLED", None,
+     "slurmstepd: error: *** JOB 42 ON localhost CANCELLED AT 2026-11-22T10:00:00 ***"),
+    ("completing-timeout", (0, "COMPLETING|None\n", ""), None, None, None, "TIMEOUT", None,
+     "slurmstepd: error: *** JOB 42 ON localhost CANCELLED AT 2026-11-22T10:00:00 DUE TO "
+     "TIME LIMIT ***"),
+    ("completing-success", (0, "COMPLETING|None\n", ""), None, None, 0, "COMPLETING", None),
     ("controller-down", (1, "", DOWN), None, None, None, "UNKNOWN", None),
     ("controller-down-later", (0, "", ""), NO_ACCT, (1, "", DOWN), None, "UNKNOWN", None),
 ]
@@ -157,12 +159,15 @@ def _with(path, extra):
     return path
 
 
-@pytest.mark.parametrize("case,squeue,sacct,scontrol_,line,state,code", SLURM,
+@pytest.mark.parametrize("case,squeue,sacct,scontrol_,line,state,code,extra",
+                         [row + ("",) * (8 - len(row)) for row in SLURM],
                          ids=[c[0] for c in SLURM])
-def test_slurm_contract(case, squeue, sacct, scontrol_, line, state, code, commands, tmp_path):
+def test_slurm_contract(case, squeue, sacct, scontrol_, line, state, code, extra, commands,
+                        tmp_path):
     absent = (127, "", "not reached")
     commands(squeue=squeue, sacct=sacct or absent, scontrol=scontrol_ or absent)
-    status = jobctl.scheduler("slurm").status(str(tmp_path), "42", job_output(tmp_path, line))
+    status = jobctl.scheduler("slurm").status(str(tmp_path), "42",
+                                              _output(tmp_path, line, extra))
     assert (status.state, status.exit_code) == (state, code)
     assert status.terminal == (state not in ("RUNNING", "PENDING", "COMPLETING", "UNKNOWN"))
 

@@ -111,10 +111,12 @@ class Slurm(object):
             state, dummy, reason = line.partition("|")
             if state == "COMPLETING":
                 # the job has ended and Slurm is cleaning up its processes (a container
-                # started when the job was cancelled can take a minute): a cancel, a time-out
-                # or a failure is final now; a success waits until its output is complete
-                ended = self._scontrol(job_id)
-                if ended is not None and ended.terminal and ended.state != "COMPLETED":
+                # started when the job was cancelled can take a minute); Slurm says only
+                # COMPLETING until then, but slurmstepd has already written why it killed
+                # the job into its output: a cancel or a time-out is final now, a normal end
+                # waits until its output is complete
+                ended = _end_marks(stdout, None)
+                if ended is not None:
                     ended.reason = "ended %s; Slurm is still cleaning up its processes" % (
                         ended.state)
                     return ended
@@ -134,10 +136,6 @@ class Slurm(object):
         if ended is not None:
             return ended
         return _from_job_line(stdout, "slurm knows no job %s any more" % job_id)
-
-    def _scontrol(self, job_id):
-        rc, out, err = run(["scontrol", "-o", "show", "job", job_id], check=False)
-        return self._parse_scontrol(rc, out)
 
     @staticmethod
     def _parse_scontrol(rc, out):
@@ -228,8 +226,9 @@ class Pbs(object):
         run(["qdel", job_id])
 
 
-def _classify_end(stdout, code):
-    """A finished job without a trustworthy final state: read what it left."""
+def _end_marks(stdout, code):
+    """What slurmstepd wrote into the output when it ended the job (a time limit, a cancel,
+    the OOM killer), or None."""
     text = ""
     try:
         with open(stdout) as f:
@@ -242,6 +241,14 @@ def _classify_end(stdout, code):
         return Status("CANCELLED", code)
     if "oom-kill" in text or "Out Of Memory" in text:
         return Status("OUT_OF_MEMORY", code)
+    return None
+
+
+def _classify_end(stdout, code):
+    """A finished job without a trustworthy final state: read what it left."""
+    marked = _end_marks(stdout, code)
+    if marked is not None:
+        return marked
     rec = job_line(stdout)
     if rec is not None:
         c = rec.get("exit_code")

@@ -197,8 +197,10 @@ def cmd_model(args: argparse.Namespace) -> int:
         if args.model_command == "plot":
             print(f"wrote {m.plot(result, Path(args.out))}")
             return 0
-        if args.json:
-            return _print_json({"estimator": args.estimator, **result})
+        if args.json:  # the per-configuration frame as rows, NaN as null (valid JSON)
+            rows = [{k: m._plain(v) for k, v in row.items()}
+                    for row in result["configurations"].to_dict("records")]
+            return _print_json({"estimator": args.estimator, **result, "configurations": rows})
         print(f"estimator {args.estimator}: held-out MAPE per workload "
               "(LOCO: configuration left out; LOWO: whole workload left out)")
         rows = [[r["workload"], str(r["configurations"]), f"{r['mape_loco']:.1%}",

@@ -157,7 +157,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
             directives=scheduler.directives(request.job, res), exports=runtime.exports(env),
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
             decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
-            workdir_cd=target.scheduler == Scheduler.pbs)
+            workdir_cd=target.scheduler == Scheduler.pbs, stop=runtime.stop())
 
     # the default run id is the script's own hash: the same script is the same run (never
     # submitted twice); anything that changes the script (another image, another choice)

@@ -134,7 +134,7 @@ def content_hash(text: str, extra: dict[str, Any] | None = None) -> str:
 # job scripts
 def render_job_script(*, directives: list[str], exports: dict[str, str], launch: str,
                       source: str, chosen: str, decided_by: str, run_id: str,
-                      workdir_cd: bool, app_digest: str = "") -> str:
+                      workdir_cd: bool, app_digest: str = "", stop: str | None = None) -> str:
     return render("jobs/job.sh.j2", directives=directives, exports=exports, launch=launch,
                   source=source, chosen=chosen, decided_by=decided_by, run_id=run_id,
-                  workdir_cd=workdir_cd, app_digest=app_digest)
+                  workdir_cd=workdir_cd, app_digest=app_digest, stop=stop)

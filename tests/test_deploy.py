@@ -128,21 +128,48 @@ def test_a_failing_job_ends_the_playbook_with_its_state_and_logs(deploy):
     assert "nonexistent" in row["error"] and row["s_per_step"] is None
 
 
+def _containers_left(job_id, wait_s=20):
+    """What still runs of Slurm job ``job_id`` once it had ``wait_s`` to stop: the front-end
+    user's containers labelled with it, and any training process of the 100 000-step jobs of
+    these tests (no other test runs them)."""
+    fmt = '{{index .Labels "modak.job"}}'
+    for _ in range(int(wait_s)):
+        proc = subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
+                               f"cd /tmp && podman ps -a --format '{fmt}'"],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        left = [x for x in proc.stdout.split() if x.endswith(f".{job_id}")]
+        left += subprocess.run(["pgrep", "-a", "-u", "hpcuser", "-f", "--steps 100000"],
+                               capture_output=True, text=True).stdout.splitlines()
+        if not left:
+            return left
+        time.sleep(1)
+    return left
+
+
 def test_a_job_over_its_wall_time_ends_timeout(deploy):
     proc = deploy(inputs={"job_name": "mnist-slow", "steps": "100000", "wall_time": "00:01:00"})
     assert proc.returncode != 0
-    assert re.search(r"job \d+ of run \S+ ended TIMEOUT", proc.stdout), proc.stdout[-3000:]
+    m = re.search(r"job (\d+) of run \S+ ended TIMEOUT", proc.stdout)
+    assert m, proc.stdout[-3000:]
     out = next((deploy.tmp / "results").glob("*/mnist-slow.out")).read_text()
     assert "DUE TO TIME LIMIT" in out
+    # the container (outside the job's processes) was stopped with the job
+    assert _containers_left(m.group(1)) == []
 
 
 def test_a_cancelled_job_ends_cancelled(deploy):
     inputs = {"job_name": "mnist-cancel", "steps": "100000"}
-    started = deploy(inputs=inputs, modak_wait=False)
-    _ok(started)
+    # a wait that runs out says the job goes on and how to wait again, and submits nothing
+    started = deploy(inputs=inputs, modak_job_timeout=8)
+    assert started.returncode != 0
+    assert re.search(r"job \d+ is still (RUNNING|PENDING) after waiting 8 s; it keeps running: "
+                     r"run the same command again", started.stdout), started.stdout[-3000:]
     cancel = deploy("cancel.yml", inputs=inputs)
     _ok(cancel)
-    assert re.search(r"job \d+ is CANCELLED", cancel.stdout), cancel.stdout[-3000:]
+    m = re.search(r"job (\d+) is CANCELLED", cancel.stdout)
+    assert m, cancel.stdout[-3000:]
+    assert _containers_left(m.group(1)) == []
     proc = deploy(inputs=inputs)
     assert proc.returncode != 0
     assert re.search(r"ended CANCELLED", proc.stdout), proc.stdout[-3000:]

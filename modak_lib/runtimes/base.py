@@ -29,3 +29,10 @@ class RuntimeSpec(ABC):
     def exports(self, env: dict[str, str]) -> dict[str, str]:
         """Variables the job script itself exports (the runtime passes the rest)."""
         return {}
+
+    def stop(self) -> Optional[str]:
+        """Shell commands that stop what ``launch`` started outside the job's own processes
+        (``$MODAK_JOB_TAG`` names this job's containers), run by the job script when the
+        scheduler cancels it or its time runs out; None where the job's processes are all
+        there is (the scheduler's signals reach them)."""
+        return None

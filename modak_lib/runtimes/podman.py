@@ -5,6 +5,26 @@ from ..shell import Raw, Word
 from .base import BIND, WORKDIR, RuntimeSpec
 
 
+LABEL = "modak.job"  # the job's containers carry LABEL=$MODAK_JOB_TAG
+
+# Rootless Podman's container lives under conmon, outside the job's processes and cgroup:
+# the scheduler's SIGTERM/SIGKILL end `podman run` but not the training.  The job script
+# stops the labelled containers itself: SIGTERM (the runtime records and exits), then, 3 s
+# later, removes by force what is left, including one that `podman run` created as it was
+# being killed.  Only the containers on the node that runs the job script are reached.
+_LIST = f'podman ps -a -q --filter "label={LABEL}=$MODAK_JOB_TAG" 2>/dev/null'
+_STOP = f"""\
+  local -a ids
+  mapfile -t ids < <(podman ps -q --filter "label={LABEL}=$MODAK_JOB_TAG" 2>/dev/null)
+  [ "${{#ids[@]}}" -eq 0 ] || podman kill --signal TERM "${{ids[@]}}" >/dev/null 2>&1
+  for _ in 1 2 3 4 5 6; do
+    [ -z "$({_LIST})" ] && return 0
+    sleep 0.5
+  done
+  mapfile -t ids < <({_LIST})
+  [ "${{#ids[@]}}" -eq 0 ] || podman rm --force --ignore "${{ids[@]}}" >/dev/null 2>&1"""
+
+
 class Podman(RuntimeSpec):
     name = "podman"
     recipe_format = "containerfile"
@@ -14,9 +34,13 @@ class Podman(RuntimeSpec):
 
     def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
         words: list[Word] = ["podman", "run", "--rm", "--pull=never", "--network=host",
+                             Raw(f'--label={LABEL}="$MODAK_JOB_TAG"'),
                              "--volume", Raw(f"{BIND}:{WORKDIR}"), "--workdir", WORKDIR]
         if gpus:
             words += ["--device", "nvidia.com/gpu=all"]
         for key, value in env.items():
             words += ["--env", f"{key}={value}"]
         return words + [image]
+
+    def stop(self) -> str:
+        return _STOP

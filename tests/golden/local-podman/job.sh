@@ -6,7 +6,26 @@ set -uo pipefail
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)
-podman run --rm --pull=never --network=host --volume "$PWD":/work --workdir /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=mnist-cnn --env MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 localhost/modak/pytorch-2.13.0-cpu:f551fbff8f9d python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300
+# The container runs outside this script's processes: when the scheduler ends the job
+# (cancel, time limit), stop it here, then end by the same signal.
+export MODAK_JOB_TAG="$MODAK_RUN_ID.${SLURM_JOB_ID:-${PBS_JOBID:-$$}}"
+# shellcheck disable=SC2329  # called by the traps below
+modak_stop() {
+  local -a ids
+  mapfile -t ids < <(podman ps -q --filter "label=modak.job=$MODAK_JOB_TAG" 2>/dev/null)
+  [ "${#ids[@]}" -eq 0 ] || podman kill --signal TERM "${ids[@]}" >/dev/null 2>&1
+  for _ in 1 2 3 4 5 6; do
+    [ -z "$(podman ps -a -q --filter "label=modak.job=$MODAK_JOB_TAG" 2>/dev/null)" ] && return 0
+    sleep 0.5
+  done
+  mapfile -t ids < <(podman ps -a -q --filter "label=modak.job=$MODAK_JOB_TAG" 2>/dev/null)
+  [ "${#ids[@]}" -eq 0 ] || podman rm --force --ignore "${ids[@]}" >/dev/null 2>&1
+}
+trap 'modak_stop; trap - TERM; kill -TERM $$' TERM
+trap 'modak_stop; trap - INT; kill -INT $$' INT
+trap 'modak_stop; trap - HUP; kill -HUP $$' HUP
+podman run --rm --pull=never --network=host --label=modak.job="$MODAK_JOB_TAG" --volume "$PWD":/work --workdir /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=mnist-cnn --env MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 localhost/modak/pytorch-2.13.0-cpu:f551fbff8f9d python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300 &
+wait "$!"
 modak_rc=$?
 modak_end=$(date +%s.%N)
 printf '{"modak": "job", "run_id": "%s", "exit_code": %d, "elapsed_s": %s}\n' \

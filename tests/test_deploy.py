@@ -376,6 +376,52 @@ def test_an_interrupted_build_goes_on_and_the_next_run_attaches_to_it(frontend, 
                     f"rm -rf {build_dir}"], capture_output=True)
 
 
+def _working_containers():
+    """Podman's build (buildah) containers of the front-end user: ID -> creation time."""
+    proc = subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
+                           "cd /tmp && podman ps --all --external --format json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    return {row["Id"]: row["Created"] for row in json.loads(proc.stdout or "[]")
+            if any(re.search(r"-working-container(-\d+)?$", n) for n in row.get("Names") or [])}
+
+
+def test_a_killed_build_is_cleaned_up_and_built_again(frontend, tmp_path):
+    tag = "t" + uuid.uuid4().hex[:8]
+    build_dir = f"/home/hpcuser/modak-test-build-{tag}"
+    play = tmp_path / "build.yml"
+    # a step of its own (not in the builder's cache), killed while it runs
+    play.write_text((BUILD_PLAY % {"dir": build_dir, "tag": tag}).replace(
+        "RUN sleep 25", f"RUN echo {tag} >/first && sleep 20"))
+    argv = ["ansible-playbook", "-i", "inventories/local", str(play)]
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    before = set(_working_containers())
+    first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    for line in first.stdout:
+        if re.match(r"\[frontend\] building \S+, 0:00:\d\d: STEP 2/3", line):
+            break
+    # the builder dies (OOM killer, an administrator, a reboot): its lock stays behind
+    lock = pathlib.Path(build_dir) / ".building" / f"localhost_modak-test_build_{tag}.pid"
+    os.killpg(_pid(lock), 9)
+    os.killpg(first.pid, 9)
+    first.wait()
+    left = set(_working_containers()) - before
+    assert left, "the killed build left no working container to clean up"
+    second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    _ok(second)
+    assert re.search(r"^\[frontend\] a killed build of localhost/modak-test/build:%s was "
+                     r"found: removed its lock and [1-9]\d* working container" % tag,
+                     second.stdout, re.M), second.stdout
+    assert re.search(r"^\[frontend\] built localhost/modak-test/build:%s in " % tag,
+                     second.stdout, re.M), second.stdout
+    assert not left & set(_working_containers())  # the killed build's are gone
+    subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
+                    f"cd /tmp && podman image rm -f localhost/modak-test/build:{tag}; "
+                    f"rm -rf {build_dir}"], capture_output=True)
+
+
 # ---------------------------------------------------------------------------
 # faults of the front-end during the wait: the job goes on, the deploy waits it out
 def _pid(path):

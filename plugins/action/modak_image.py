@@ -58,6 +58,9 @@ class ActionModule(PollingAction):
                 time.sleep(poll)
                 continue
             failures = 0
+            if answer.get("cleaned") and answer["cleaned"] != result.get("cleaned"):
+                say("[%s] %s" % (host, answer["cleaned"]))
+                result["cleaned"] = answer["cleaned"]
             if answer.get("failed") or not answer.get("building"):
                 if answer.get("built"):
                     say("[%s] built %s in %s" % (

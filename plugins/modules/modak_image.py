@@ -22,7 +22,9 @@ description:
     session, its output in the build log) under a lock file holding its process id; a
     second call while it runs attaches to it instead of starting another. A build whose
     process is gone without a result (killed, or the front-end restarted) is cleaned up
-    (its lock and partial file) and started again.
+    (its lock and partial file; for Podman, the builder's working containers it created,
+    when no other build of O(log_dir) runs) and started again. Podman's committed layers
+    are kept, for the next build to reuse.
   - Waiting is done by the controller (an action plugin), which prints the build's current
     step and the time since it started at every poll, and gives up after O(timeout)
     seconds (the build goes on; the same task run again attaches to it).
@@ -119,9 +121,14 @@ running_s:
   description: Seconds since the running build started.
   returned: while building
   type: float
+cleaned:
+  description: What was cleaned up after a killed build of the image.
+  returned: when a killed build was found
+  type: str
 """
 
 import errno
+import json
 import os
 import re
 import time
@@ -280,6 +287,26 @@ class Build(object):
             return True
         return False
 
+    def others_running(self):
+        """Whether a build of another image of this log_dir runs now."""
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return False
+        for name in names:
+            path = os.path.join(self.dir, name)
+            if name.endswith(".pid") and path != self.lock:
+                pid = _read(path)
+                if pid == "starting" or (pid and pid.isdigit() and _alive(int(pid))):
+                    return True
+        return False
+
+    def started_at(self):
+        try:
+            return float(_read(self.started))
+        except (TypeError, ValueError):
+            return None
+
     def running_s(self):
         started = _read(self.started)
         try:
@@ -290,6 +317,24 @@ class Build(object):
 
 def _q(text):
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+WORKING = re.compile(r"-working-container(-\d+)?$")  # buildah's names, numbered when taken
+
+
+def podman_leftovers(module, env, since):
+    """Podman's working containers (buildah's, in storage only) created since ``since``:
+    what a killed ``podman build`` leaves, each holding a copy of a layer."""
+    rc, out, dummy = module.run_command(
+        ["podman", "ps", "--all", "--external", "--format", "json"], environ_update=env)
+    try:
+        rows = json.loads(out or "[]") if rc == 0 else []
+    except ValueError:
+        rows = []
+    return [row["Id"] for row in rows if isinstance(row, dict) and row.get("Id")
+            and row.get("State") == "storage" and row.get("Command") == ["buildah"]
+            and any(WORKING.search(n) for n in row.get("Names") or [])
+            and (row.get("Created") or 0) >= since - 1]
 
 
 def main():
@@ -348,17 +393,31 @@ def main():
     if module.check_mode:
         module.exit_json(msg="would build %s" % p["image"], **result)
 
+    def clear_killed():
+        """A killed build's lock and leftovers removed; False if there was none."""
+        since = build.started_at()
+        if not build.clear_stale(partial):
+            return False
+        what = "its lock"
+        if p["runtime"] == "podman" and since and not build.others_running():
+            ids = podman_leftovers(module, env, since)
+            if ids:
+                module.run_command(["podman", "rm", "--force"] + ids, environ_update=env)
+                what += " and %d working container(s) of the builder" % len(ids)
+        result["cleaned"] = "a killed build of %s was found: removed %s, building again" % (
+            p["image"], what)
+        return True
+
     if not os.path.isdir(os.path.dirname(marker)):
         os.makedirs(os.path.dirname(marker))
-    if build.clear_stale(partial):
-        result["cleaned"] = "a killed build of %s left a lock: removed, building again" % p["image"]
+    clear_killed()
     deadline = time.time() + p["timeout"]
     while True:
         code = build.finish()
         if code is not None:
             break
         if build.running_pid() is None and not build.start(module, cmds["build"], cwd, env):
-            if build.clear_stale(partial):
+            if clear_killed():
                 continue
         result.update(building=True, step=_current_step(build.log), running_s=build.running_s())
         if not p["wait"]:

@@ -5,6 +5,7 @@ rootless Podman and by Charliecloud, jobs that complete, fail, run out of time o
 cancelled.  The module's fixture starts the front-end through the project's own script
 and stops it again if it started it.
 """
+import concurrent.futures
 import json
 import os
 import pathlib
@@ -85,12 +86,18 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     assert len(rows) == 1 and rows[0]["source"] == "deploy" and rows[0]["steps"] == 23
     assert rows[0]["image"] == "pytorch-2.13.0-cpu" and rows[0]["s_per_step"] > 0
 
-    second = deploy()
-    _ok(second)
-    assert second.recap["changed"] == 0, second.stdout[-3000:]
-    assert _task(second.stdout, "Ensure the image exists (built once per recipe hash)") == "ok"
-    assert _task(second.stdout, "Submit the job (once per run)") == "ok"
+    # two more deploys of the run at once: nothing submitted, recorded or fetched twice
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        twins = list(pool.map(lambda _: deploy(), range(2)))
+    for second in twins:
+        _ok(second)
+        assert second.recap["changed"] == 0, second.stdout[-3000:]
+        assert _task(second.stdout, "Ensure the image exists (built once per recipe hash)") == "ok"
+        assert _task(second.stdout, "Submit the job (once per run)") == "ok"
     assert len(deploy.store.rows()) == 1  # the run is recorded once
+    out = next((deploy.tmp / "results").glob("*/mnist-quick.out"))
+    assert "COMPLETED" in out.read_text() or '"modak": "job"' in out.read_text()
+    assert not list(out.parent.glob(".fetch-*"))  # no play's fetch folder is left
 
     third = deploy(modak_new_run=True)  # asked for: a new job, same image
     _ok(third)

@@ -52,6 +52,7 @@ def deploy(tmp_path, frontend):
 
     run.store = ResultsStore(store)
     run.tmp = tmp_path
+    run.work = pathlib.Path("/home/hpcuser") / work  # the front-end user's run directories
     return run
 
 
@@ -99,11 +100,25 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     assert "COMPLETED" in out.read_text() or '"modak": "job"' in out.read_text()
     assert not list(out.parent.glob(".fetch-*"))  # no play's fetch folder is left
 
+    # the job's output is lost (as when the disk was full before its first line): the
+    # result is gone, so a plain re-run submits the run again, once
+    (lost,) = deploy.work.glob("*/mnist-quick.out")
+    lost.write_text("")
+    again = deploy()
+    _ok(again)
+    m = re.search(r"job (\d+) of run \S+ completed without any output .*submitted again as "
+                  r"job (\d+)", " ".join(again.stdout.split()) + " ".join(again.stderr.split()))
+    assert m and m.group(1) == polls[0][0] != m.group(2), again.stdout[-3000:] + again.stderr
+    assert re.search(r"job %s COMPLETED \(exit code 0\)" % m.group(2), again.stdout)
+    assert len(deploy.store.rows()) == 2  # the new job's figures
+    _ok(deploy())
+    assert len(deploy.store.rows()) == 2  # and not a third time
+
     third = deploy(modak_new_run=True)  # asked for: a new job, same image
     _ok(third)
     assert _task(third.stdout, "Submit the job (once per run)") == "changed"
     assert _task(third.stdout, "Ensure the image exists (built once per recipe hash)") == "ok"
-    assert len(deploy.store.rows()) == 2
+    assert len(deploy.store.rows()) == 3
 
 
 def test_pbs_wrappers_run_the_pbs_script(deploy):

@@ -17,6 +17,9 @@ description:
   - Submission is idempotent. The job's work directory keeps a record of the run id and the
     script's SHA-256; the same run is never submitted twice, and a changed script under an
     old run id is an error (ask for a new run id instead).
+  - One exception - a job that ended C(COMPLETED) but left no output at all (its output
+    file missing or empty, as when the disk was full) lost its result; O(state=submitted),
+    V(ended) and V(finished) submit the run again (RV(lost_jobs)), at most twice.
   - Final states are C(COMPLETED), C(FAILED), C(CANCELLED), C(TIMEOUT), C(NODE_FAIL),
     C(OUT_OF_MEMORY), C(PREEMPTED), C(BOOT_FAIL) and C(DEADLINE), each with the exit code
     where the scheduler reports one.
@@ -113,6 +116,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+lost_jobs:
+  description: Earlier jobs of the run that completed without leaving any output.
+  returned: when the run was submitted again for that reason
+  type: list
+  elements: str
 job_id:
   description: The scheduler's job id (C(local-PID) without a scheduler).
   returned: when the run was submitted
@@ -202,6 +210,20 @@ def save_record(workdir, record):
     os.rename(tmp, os.path.join(workdir, RECORD))
 
 
+MAX_LOST = 2  # resubmissions of a run whose jobs completed without any output
+
+
+def output_lost(sched, workdir, job_id, stdout):
+    """Whether job_id completed but left no output at all (the disk was full, the work
+    directory was cleaned): its result is lost, and submitting the run again loses nothing."""
+    try:
+        if os.path.getsize(stdout) > 0:
+            return False
+    except OSError:
+        pass
+    return sched.status(workdir, job_id, stdout).state == "COMPLETED"
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -244,13 +266,23 @@ def main():
                          % (workdir, record.get("run_id"), p["run_id"]), **result)
 
     try:
+        lost = []
+        if record is not None and p["state"] in ("submitted", "ended", "finished") and \
+                output_lost(sched, workdir, record["job_id"], result["stdout_path"]):
+            lost = record.get("lost_jobs", []) + [record["job_id"]]
+            if len(lost) > MAX_LOST:
+                module.fail_json(msg="jobs %s of run %s completed without any output; not "
+                                 "submitted again: look at the front-end's disk and %s"
+                                 % (", ".join(lost), p["run_id"], workdir), **result)
+            record = None
+            result["lost_jobs"] = lost
         if record is None and p["state"] in ("submitted", "ended", "finished"):
             result["changed"] = True
             if module.check_mode:
                 module.exit_json(msg="would submit run %s" % p["run_id"], **result)
             # a job of this run the scheduler knows (its record was lost): adopt it
             job_id = sched.find(p["run_id"]) if hasattr(sched, "find") else None
-            if job_id is None:
+            if job_id is None or job_id in lost:
                 if p["scheduler"] == "local":
                     job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
                                           walltime=p["walltime"])
@@ -260,6 +292,11 @@ def main():
                 result["submitted"] = True
             record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
                       "scheduler": p["scheduler"], "submitted_at": time.time()}
+            if lost:
+                record["lost_jobs"] = lost
+                module.warn("job %s of run %s completed without any output (its result was "
+                            "lost: a full disk?); the run was submitted again as job %s"
+                            % (lost[-1], p["run_id"], job_id))
             try:
                 save_record(workdir, record)
             except (IOError, OSError) as exc:

@@ -1,6 +1,7 @@
 """Typed data that flows between MODAK's stages.
 
-readers -> :class:`JobRequest`; planner -> :class:`Plan`; renderers -> text.
+readers -> :class:`JobRequest`; planner -> a decision (ranked :class:`Candidate` s);
+pipeline -> :class:`Plan` and the rendered recipes and job script.
 Every model forbids unknown keys, so a typo is an error with its field path.
 """
 from __future__ import annotations
@@ -237,13 +238,44 @@ class JobRequest(Strict):
 
 # ---------------------------------------------------------------------------
 # the plan
+def _compiler_id(value: str) -> str:
+    kind, sep, mode = value.partition(":")
+    if kind not in {c.value for c in Compiler} or (sep and kind != Compiler.torch_compile.value):
+        raise ValueError(f"unknown graph compiler {value!r} (one of "
+                         f"{', '.join(c.value for c in Compiler)}; torch.compile:MODE)")
+    if sep:
+        check(COMPILER_MODE, "torch.compile mode", mode)
+    return value
+
+
+# a compiler as plans, the results store and the runtime's variables write it: the kind, and
+# for torch.compile its mode ("torch.compile:max-autotune"); read it through compiler_kind
+# and compiler_mode, write it with compiler_id()
+CompilerId = Annotated[str, AfterValidator(_compiler_id)]
+
+
+def compiler_id(kind: Compiler, mode: Optional[str] = None) -> str:
+    return f"{kind.value}:{mode}" if mode else kind.value
+
+
 class Configuration(Strict):
     """One point of the optimisation space."""
     image: str = Field(description="catalogue variant id")
-    compiler: Optional[str] = None  # a Compiler value, or "torch.compile:MODE"
+    compiler: Optional[CompilerId] = Field(None, description="graph compiler, off when null")
     threads: PositiveInt
     allocator: Allocator = Allocator.glibc
     precision: Precision = Precision.fp32
+
+    @property
+    def compiler_kind(self) -> Optional[Compiler]:
+        return Compiler(self.compiler.partition(":")[0]) if self.compiler else None
+
+    @property
+    def compiler_mode(self) -> Optional[str]:
+        """torch.compile's mode ("default" when the id names none); None for other kinds."""
+        if self.compiler_kind != Compiler.torch_compile:
+            return None
+        return self.compiler.partition(":")[2] or "default"
 
     def label(self) -> str:
         return (f"{self.image} compiler={self.compiler or 'off'} threads={self.threads} "
@@ -255,6 +287,8 @@ class Prediction(Strict):
     low: float
     high: float
     source: str = Field(description="what made the prediction (model id, measurements)")
+    measured: bool = Field(False, description="the median of this configuration's own runs "
+                           "(not a model's estimate)")
 
 
 class Candidate(Strict):

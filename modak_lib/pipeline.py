@@ -51,9 +51,8 @@ def option_environment(cfg: Configuration, variant: Variant, request: JobRequest
                 env[key] = value.format(**values)
 
     add(opts.threads, threads=cfg.threads)
-    if cfg.compiler:
-        name, _, mode = cfg.compiler.partition(":")
-        add(opts.compilers.get(name, {}), mode=mode or "default")
+    if cfg.compiler_kind:
+        add(opts.compilers.get(cfg.compiler_kind.value, {}), mode=cfg.compiler_mode or "default")
     if cfg.allocator.value != "glibc":
         add(opts.allocator, path=variant.allocators[cfg.allocator], allocator=cfg.allocator.value)
         env.update(opts.allocator_settings.get(cfg.allocator.value, {}))

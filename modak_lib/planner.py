@@ -22,8 +22,8 @@ from typing import Optional, Protocol, Sequence
 from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_accelerator
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
-                     Launcher, Precision, Prediction, Runtime, Scheduler)
-from .schedulers import Resources
+                     Launcher, Precision, Prediction, Runtime, Scheduler, compiler_id)
+from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
 MAX_IMAGES = 3  # image variants considered per plan (best catalogue scores)
@@ -31,6 +31,8 @@ MAX_IMAGES = 3  # image variants considered per plan (best catalogue scores)
 
 class Predictor(Protocol):
     """What the performance model offers the planner."""
+
+    notes: list[str]  # what the last predict() call has to say (shown with the plan)
 
     def predict(self, request: JobRequest, configs: Sequence[Configuration]
                 ) -> list[Optional[Prediction]]:
@@ -108,15 +110,13 @@ def resources(request: JobRequest) -> Resources:
 
 def choose_launchers(request: JobRequest, res: Resources) -> tuple[Launcher, Launcher]:
     """(outer, inner): outer starts the container(s), inner runs inside one."""
-    sched = request.target.scheduler
+    spec = SCHEDULERS[request.target.scheduler.value]
     ranks = res.nodes * res.tasks_per_node
     if request.application.framework == Framework.pytorch and res.tasks_per_node > 1 \
             and res.nodes == 1:
         return Launcher.none, Launcher.torchrun
-    if sched == Scheduler.slurm:
-        return Launcher.srun, Launcher.none
-    if ranks > 1:
-        return Launcher.mpirun, Launcher.none
+    if ranks > 1 or spec.launch_single:
+        return spec.launcher, Launcher.none
     return Launcher.none, Launcher.none
 
 
@@ -144,7 +144,7 @@ def enumerate_configurations(request: JobRequest, matches: Sequence[Match], res:
             if c in v.compilers and runtime_applies:
                 if c == Compiler.torch_compile:
                     modes = opt.compiler_modes or ("default",)
-                    compilers += [f"torch.compile:{mode}" for mode in modes]
+                    compilers += [compiler_id(c, mode) for mode in modes]
                 else:
                     compilers.append(c.value)
         allocators = [Allocator.glibc] + [a for a in v.allocators
@@ -161,8 +161,9 @@ def enumerate_configurations(request: JobRequest, matches: Sequence[Match], res:
 
 def _prior_key(cfg: Configuration, scores: dict[str, float], requested: set[str],
                default_threads: int) -> tuple:
-    base = (cfg.compiler or "").split(":")[0]
-    compiler_penalty = 0 if (base in requested or (not cfg.compiler and not requested)) else 1
+    kind = cfg.compiler_kind
+    compiler_penalty = 0 if ((kind and kind.value in requested) or
+                             (not kind and not requested)) else 1
     return (-scores[cfg.image], compiler_penalty, cfg.threads != default_threads,
             cfg.allocator != Allocator.glibc, cfg.precision != Precision.fp32, cfg.label())
 
@@ -173,7 +174,7 @@ def _prior_reason(cfg: Configuration, best: Configuration, scores: dict[str, flo
         return f"image score {scores[cfg.image]:g} < {scores[best.image]:g} ({best.image})"
     if cfg.compiler != best.compiler:
         if best.compiler:
-            return f"prior: the user asked for {best.compiler.split(':')[0]}; not measured yet"
+            return f"prior: the user asked for {best.compiler_kind.value}; not measured yet"
         return "prior: no graph compiler requested; not measured yet"
     if cfg.threads != best.threads:
         return f"prior: {default_threads} threads (all cores of the task); not measured yet"
@@ -208,7 +209,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
 
     # what earlier runs showed cannot be applied to this workload, or failed, is not offered
     excluded = (predictor.exclusions(request, configs) if predictor is not None
-                and hasattr(predictor, "exclusions") else [None] * len(configs))
+                else [None] * len(configs))
     if any(excluded) and not all(excluded):
         for cfg, why in zip(configs, excluded):
             if why:
@@ -216,7 +217,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         configs = [c for c, why in zip(configs, excluded) if not why]
 
     predictions = predictor.predict(request, configs) if predictor else [None] * len(configs)
-    notes += list(getattr(predictor, "notes", []) or [])
+    notes += predictor.notes if predictor is not None else []
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
     if predicted:
         decided_by = "model"
@@ -235,7 +236,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     autotune: tuple[Configuration, ...] = ()
     top = [p for _, p in ranked[:AUTOTUNE_K] if p is not None]
     if decided_by == "model" and len(top) > 1 and top[1].low <= top[0].high \
-            and not top[0].source.startswith("measured"):
+            and not top[0].measured:
         autotune = tuple(c for c, _ in ranked[:AUTOTUNE_K])
         notes.append(f"the top {len(autotune)} candidates are within the model's uncertainty: "
                      "an autotuning trial (playbooks/autotune.yml) would settle it")
@@ -258,7 +259,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             reason = (f"fastest predicted: {best_p.seconds:.3g} s/step ({best_p.source})"
                       if best_p else
                       f"highest image score {scores[cfg.image]:g}; prior: "
-                      + (f"{cfg.compiler.split(':')[0]} as requested" if cfg.compiler
+                      + (f"{cfg.compiler_kind.value} as requested" if cfg.compiler_kind
                          else "no graph compiler") + ", framework defaults otherwise")
         elif pred is not None and best_p is not None:
             reason = (f"predicted {pred.seconds:.3g} s/step > {best_p.seconds:.3g} s/step "

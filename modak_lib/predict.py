@@ -230,7 +230,8 @@ class FastPredictor:
             elif hit:
                 m = hit[0]
                 out.append(Prediction(seconds=m["median"], low=m["min"], high=m["max"],
-                                      source=f"measured median of {m['n']} run(s)"))
+                                      source=f"measured median of {m['n']} run(s)",
+                                      measured=True))
             else:
                 log_mid, how = self.formula(row), f"model {self.meta['model_id']}"
                 if correct is not None:

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Optional
 
-from ..models import JobOptions
+from ..models import JobOptions, Launcher
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,10 @@ class Resources:
 class SchedulerSpec(ABC):
     name: str
     directive_prefix: str = ""
-    launcher: str = "none"  # default launcher for jobs with several tasks: see planner
+    # what starts a job's tasks (the planner's outer launcher): for several tasks, and also
+    # for a single one where ``launch_single`` (Slurm: the step is then the scheduler's own)
+    launcher: Launcher = Launcher.mpirun
+    launch_single: bool = False
 
     @abstractmethod
     def directives(self, job: JobOptions, res: Resources) -> list[str]:

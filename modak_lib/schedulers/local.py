@@ -7,7 +7,6 @@ from .base import Resources, SchedulerSpec
 
 class Local(SchedulerSpec):
     name = "local"
-    launcher = "mpirun"
 
     def directives(self, job: JobOptions, res: Resources) -> list[str]:
         return []

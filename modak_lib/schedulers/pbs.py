@@ -17,7 +17,6 @@ _MAIL = {"begin": "b", "end": "e", "fail": "a"}
 class Pbs(SchedulerSpec):
     name = "pbs"
     directive_prefix = "#PBS"
-    launcher = "mpirun"
 
     def directives(self, job: JobOptions, res: Resources) -> list[str]:
         nodes = f"nodes={res.nodes}:ppn={res.tasks_per_node * res.cpus_per_task}"

@@ -1,7 +1,7 @@
 """Slurm: ``#SBATCH`` directives, submitted with ``sbatch --parsable``."""
 from __future__ import annotations
 
-from ..models import JobOptions
+from ..models import JobOptions, Launcher
 from ..validate import slurm_walltime
 from .base import Resources, SchedulerSpec
 
@@ -11,7 +11,8 @@ _MAIL = {"begin": "BEGIN", "end": "END", "fail": "FAIL"}
 class Slurm(SchedulerSpec):
     name = "slurm"
     directive_prefix = "#SBATCH"
-    launcher = "srun"
+    launcher = Launcher.srun
+    launch_single = True
 
     def directives(self, job: JobOptions, res: Resources) -> list[str]:
         d = [f"--job-name={job.job_name}", f"--nodes={res.nodes}",

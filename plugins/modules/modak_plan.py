@@ -56,7 +56,11 @@ options:
       - Default - C(results/) in the user's MODAK directory.
     type: path
   run_id:
-    description: The run id; default a hash of the request, so that the same request is one run.
+    description:
+      - The run id; default a hash of the job script MODAK renders (anything that changes the
+        script, such as another image or choice, is another run).
+      - The plan of a request is pinned, so that the same request for the same target is one
+        run even after the model was refitted.
     type: str
   new_run:
     description: Append a timestamp to the run id, so that the job is submitted again.

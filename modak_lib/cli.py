@@ -1,7 +1,7 @@
 """``modak``: the command line.
 
     modak init [DIR]                  a blueprint, its script and an inventory to start from
-    modak plan REQUEST [--infra FILE] [--inputs FILE] [--out DIR] [--json]
+    modak plan REQUEST [--infra FILE] [--inputs FILE] [--out DIR [--new-run]] [--json]
     modak model fit|eval|predict|plot [--json]
     modak tosca-types [--json]        the installed TOSCA types' path
     modak schema [--only NAME]
@@ -24,6 +24,8 @@ from typing import Optional, Sequence
 
 from . import __version__
 from .errors import CatalogueError, InputError, ModakError, NoMatchingImage, shorten
+
+PINS = ".modak-requests"  # in a --out directory: its requests' pinned runs (runs.py)
 
 EXIT_USER = 2
 EXIT_INTERNAL = 3
@@ -59,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--node", help="the AITrainingJob node, when a blueprint has several")
     plan.add_argument("--out", help="directory to write into (default: print the table only)")
     plan.add_argument("--run-id", help="run id exported as MODAK_RUN_ID (default: a hash of the job script)")
+    plan.add_argument("--new-run", action="store_true",
+                      help="with --out: plan again under a new run id, though DIR holds this "
+                      "request's plan (by default that plan is reused: one request, one run)")
     plan.add_argument("--ca-certs", action="store_true",
                       help="recipes copy ./certs into the image (pip behind a re-signing proxy)")
     plan.add_argument("--show", type=int, default=8, metavar="N",
@@ -127,37 +132,65 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .pipeline import make_plan
     from .readers import read_request
 
-    from .readers.appfiles import application_files
+    from .readers.appfiles import application_files, files_digest
+    from .models import Plan
 
     started = time.perf_counter()
     request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs),
                            node=args.node)
     try:
-        app_files = tuple(dest for _, dest in application_files(request))
+        pairs = application_files(request)
     except InputError as exc:  # planning needs no file; a deploy would stop here
         if request.application.files:
             raise
-        app_files = ()
+        pairs = []
         if not args.quiet:
             print(f"modak: warning: {exc}", file=sys.stderr)
-    predictor = _predictor(args.model, args)
-    result = make_plan(request, predictor=predictor, run_id=args.run_id,
-                       ca_certs=args.ca_certs, app_files=app_files)
+    app_files = tuple(dest for _, dest in pairs)
+
+    # with --out, the same request is one run: its plan in DIR is reused (see runs.py)
+    pins = key = None
     if args.out:
-        from .files import check_targets, write_atomic
-        check_targets(args.out, result.files)
-        for name, text in result.files.items():
-            write_atomic(args.out, name, text,
-                         0o755 if name == result.plan.job_script else 0o644)
+        from .runs import Pins, file_digest, request_key
+        pins = Pins(Path(args.out) / PINS)
+        key = request_key({"request": file_digest(args.request),
+                           "infra": file_digest(args.infra), "inputs": file_digest(args.inputs),
+                           "node": args.node, "run_id": args.run_id,
+                           "ca_certs": args.ca_certs, "files": files_digest(pairs)})
+    pinned = pins.get(key) if pins is not None and not args.new_run else None
+    if pinned is not None:
+        plan = Plan.model_validate(pinned["plan"])
+        plan_json = json.dumps(pinned["plan"], indent=2) + "\n"
+        _say(args, f"reusing the plan of run {plan.run_id} in {args.out} (--new-run plans again)")
+    else:
+        predictor = _predictor(args.model, args)
+        result = make_plan(request, predictor=predictor, run_id=args.run_id,
+                           ca_certs=args.ca_certs, app_files=app_files)
+        if args.new_run and pins is not None:  # the same decision under a new run id
+            from .runs import new_run_id
+            result = make_plan(request, predictor=predictor,
+                               run_id=new_run_id(result.plan.run_id),
+                               ca_certs=args.ca_certs, app_files=app_files)
+        plan, plan_json = result.plan, result.files["plan.json"]
+        if args.out:
+            from .files import check_targets, write_atomic
+            check_targets(args.out, result.files)
+            for name, text in result.files.items():
+                write_atomic(args.out, name, text,
+                             0o755 if name == result.plan.job_script else 0o644)
+            pins.put(key, {"plan_dir": str(Path(args.out).resolve()), "run_id": plan.run_id})
     _say(args, f"planned in {time.perf_counter() - started:.2f} s")
     if args.json:
-        sys.stdout.write(result.files["plan.json"])
+        sys.stdout.write(plan_json)
     elif args.quiet:
-        print(f"{result.plan.chosen.label()} (decided by {result.plan.decided_by})")
+        print(f"{plan.chosen.label()} (decided by {plan.decided_by})")
     else:
         from .report import plan_table
-        show = len(result.plan.candidates) if args.verbose else args.show
-        sys.stdout.write(plan_table(result.plan, show=show, out=args.out))
+        show = len(plan.candidates) if args.verbose else args.show
+        sys.stdout.write(plan_table(plan, show=show, out=None if pinned else args.out))
+        if pinned is not None:
+            print(f"(the plan of run {plan.run_id}, pinned in {args.out}: "
+                  "--new-run plans again)")
     return 0
 
 

@@ -216,3 +216,53 @@ def test_json_from_every_command_that_prints_data(capsys):
     data = json.loads(out)
     assert {"per_workload", "decisions", "estimators"} <= set(data)
     assert all(0 <= w["mape_loco"] < 10 for w in data["per_workload"])
+
+
+def test_the_same_request_planned_again_into_its_folder_is_the_same_run(tmp_path, capsys):
+    from modak_lib.cli import main
+    req = tmp_path / "request.json"
+    req.write_text(json.dumps(dsl()))
+    out = tmp_path / "out"
+
+    def plan_json(*extra):
+        assert main(["plan", str(req), "--out", str(out), "--json", "--model", "none",
+                     *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    first = plan_json()
+    (out / "job.sh").write_text("edited by hand\n")  # a reused plan is not rendered again
+    again = plan_json()
+    assert again["run_id"] == first["run_id"] and again == first
+    assert (out / "job.sh").read_text() == "edited by hand\n"
+    assert main(["plan", str(req), "--out", str(out), "--model", "none"]) == 0
+    assert f"the plan of run {first['run_id']}, pinned in" in capsys.readouterr().out
+
+    new = plan_json("--new-run")  # asked for: planned again, a new run id
+    assert new["run_id"].startswith(first["run_id"] + "-") and new["run_id"] != first["run_id"]
+    assert (out / "job.sh").read_text().count(new["run_id"]) == 1
+    assert plan_json()["run_id"] == new["run_id"]  # the new run is the pinned one now
+
+    req.write_text(json.dumps(dsl(**{"job.job_options.job_name": "other"})))  # another request
+    other = plan_json()
+    assert other["run_id"] not in (first["run_id"], new["run_id"])
+    req.write_text(json.dumps(dsl()))  # back: its pinned plan was overwritten, plan again
+    assert plan_json()["run_id"] == first["run_id"]
+
+
+def test_pins_ignore_a_plan_folder_that_now_holds_another_run(tmp_path):
+    from modak_lib.runs import Pins, new_run_id, request_key
+    pins = Pins(tmp_path / "requests")
+    key = request_key({"request": "abc", "inputs": {"steps": 3}})
+    assert key != request_key({"request": "abc", "inputs": {"steps": 4}})
+    assert pins.get(key) is None
+    (tmp_path / "plan").mkdir()
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps({"run_id": "r1"}))
+    pins.put(key, {"plan_dir": str(tmp_path / "plan"), "run_id": "r1", "plan": {"x": 1}})
+    assert pins.get(key)["plan"] == {"run_id": "r1"}
+    (tmp_path / "plan" / "plan.json").write_text(json.dumps({"run_id": "r2"}))
+    assert pins.get(key) is None
+    (tmp_path / "plan" / "plan.json").unlink()
+    assert pins.get(key) is None
+    with pytest.raises(ValueError):
+        pins.put(key, {"run_id": "r1"})
+    assert new_run_id("r1", now=0).startswith("r1-19")

@@ -6,10 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import hashlib
 import json
 import os
-import time
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -36,13 +34,6 @@ ARGS = dict(
 )
 
 
-def _read(path):
-    if not path:
-        return ""
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -65,6 +56,7 @@ class ActionModule(ActionBase):
                                                     runtime_files, tree_files)
             from modak_lib.readers.common import load_document
             from modak_lib.readers.tosca import request_from_nodes
+            from modak_lib.runs import Pins, file_digest, new_run_id, request_key
         except ImportError as exc:
             raise AnsibleActionFail("modak_plan needs the modak library on the controller "
                                     "(pip install modak): %s" % exc)
@@ -92,25 +84,21 @@ class ActionModule(ActionBase):
 
         # the same request on the same target is the same run: reuse its plan (so that a
         # second deploy neither re-plans with a refitted model nor submits again)
-        key = hashlib.sha256(json.dumps({
-            "request": _read(args["request"]), "nodes": args["nodes"],
-            "infra": _read(args["infra"]), "inputs": args["inputs"], "node": args["node"],
+        key = request_key({
+            "request": file_digest(args["request"]), "nodes": args["nodes"],
+            "infra": file_digest(args["infra"]), "inputs": args["inputs"], "node": args["node"],
             "target": args["target"], "run_id": args["run_id"], "ca_certs": args["ca_certs"],
             "force": args["force"], "extra": args["extra_arguments"], "files": digest,
             "max_steps": args["max_steps"],
-        }, sort_keys=True, default=str).encode()).hexdigest()[:20]
-        pin = os.path.join(args["out_dir"], "requests", key + ".json")
-        if os.path.exists(pin) and not args["new_run"]:
-            with open(pin) as f:
-                pinned = json.load(f)
-            if os.path.exists(os.path.join(pinned["plan_dir"], "plan.json")):
-                with open(os.path.join(pinned["plan_dir"], "plan.json")) as f:
-                    pinned["plan"] = json.load(f)
-                pinned.update(changed=False, app_files=shipped, dirs=dirs,
-                              msg="reusing the plan of run %s (ask for a new run to plan "
-                              "again)" % pinned["run_id"])
-                result.update(pinned)
-                return result
+        })
+        pins = Pins(os.path.join(args["out_dir"], "requests"))
+        pinned = None if args["new_run"] else pins.get(key)
+        if pinned is not None:
+            pinned.update(changed=False, app_files=shipped, dirs=dirs,
+                          msg="reusing the plan of run %s (ask for a new run to plan "
+                          "again)" % pinned["run_id"])
+            result.update(pinned)
+            return result
 
         try:
             if args["max_steps"] > 0:  # a trial: the runtime stops after so many steps
@@ -127,7 +115,7 @@ class ActionModule(ActionBase):
                              ca_certs=args["ca_certs"], force=force, app_files=names,
                              app_digest=digest)
             if args["new_run"]:  # the same decision under a new run id
-                run_id = "%s-%s" % (plan.plan.run_id, time.strftime("%Y%m%dT%H%M%S"))
+                run_id = new_run_id(plan.plan.run_id)
                 plan = make_plan(request, predictor=predictor, run_id=run_id,
                                  ca_certs=args["ca_certs"], force=force, app_files=names,
                                  app_digest=digest)
@@ -163,7 +151,7 @@ class ActionModule(ActionBase):
             msg="planned %s: %s (decided by %s)" % (run_id, plan.plan.chosen.label(),
                                                     plan.plan.decided_by))
         if not self._play_context.check_mode:
-            write_atomic(os.path.dirname(pin), os.path.basename(pin), json.dumps(summary))
+            pins.put(key, summary)
         result.update(summary, changed=changed, plan=json.loads(plan.files["plan.json"]),
                       app_files=shipped, dirs=dirs)
         return result

@@ -101,6 +101,16 @@ def _isolated_store_and_model(tmp_path_factory):
     yield
 
 
+@pytest.fixture(scope="session")
+def fitted_model(tmp_path_factory) -> Path:
+    """One model fitted on the shipped dataset, for the tests that only plan with it (a test
+    of the closed loop fits its own): copy it, never write to it."""
+    path = tmp_path_factory.mktemp("fitted") / "model.joblib"
+    from modak_lib.model import fit_if_possible
+    assert fit_if_possible(path), "no model could be fitted on the shipped dataset"
+    return path
+
+
 @pytest.fixture
 def tmp_json(tmp_path):
     def make(data: Any, name: str = "request.json") -> Path:

@@ -25,10 +25,13 @@ QUICK = ROOT / "tests/data/mnist-quick.yaml"
 
 
 @pytest.fixture
-def deploy(tmp_path, frontend):
+def deploy(tmp_path, frontend, fitted_model):
     # a work directory of its own: runs of earlier test sessions cannot answer for this one
     work = f"modak-test-{uuid.uuid4().hex[:8]}"
     store = tmp_path / "results.sqlite"
+    # the session's fitted model (a copy: this test's records may refit it), and no refit
+    # after each run unless the test is about the closed loop (modak_refit=True)
+    shutil.copy(fitted_model, tmp_path / "model.joblib")
 
     def run(playbook="deploy.yml", env=None, request=QUICK, inputs=None, **extra):
         # the quick blueprint runs MODAK's reference script: name its folder explicitly
@@ -38,7 +41,7 @@ def deploy(tmp_path, frontend):
                      "modak_plan_dir": str(tmp_path / "plans"),
                      "modak_results_dir": str(tmp_path / "results"),
                      "modak_inputs": inputs or {}, "modak_job_timeout": 600,
-                     "modak_job_poll": 3, **extra}
+                     "modak_job_poll": 3, "modak_refit": False, **extra}
         vars_file = tmp_path / f"vars-{uuid.uuid4().hex[:6]}.json"
         vars_file.write_text(json.dumps(variables))
         full_env = dict(os.environ, MODAK_RESULTS=str(store), ANSIBLE_NOCOLOR="1",
@@ -224,7 +227,7 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
 
 def test_autotuning_trials_go_through_the_job_path_into_the_store(deploy):
     proc = deploy("autotune.yml", inputs={"job_name": "mnist-tune", "steps": "1000"},
-                  modak_autotune_k=2, modak_autotune_steps=25)
+                  modak_autotune_k=2, modak_autotune_steps=25, modak_refit=True)
     _ok(proc)
     assert re.search(r"after 2 trials: planned \S+: pytorch-2.13.0-cpu", proc.stdout)
     rows = deploy.store.rows()

@@ -22,7 +22,7 @@ _STOP = f"""\
     sleep 0.5
   done
   mapfile -t ids < <({_LIST})
-  [ "${{#ids[@]}}" -eq 0 ] || podman rm --force --ignore "${{ids[@]}}" >/dev/null 2>&1"""
+  [ "${{#ids[@]}}" -eq 0 ] || podman rm --force --time 0 --ignore "${{ids[@]}}" >/dev/null 2>&1"""
 
 
 class Podman(RuntimeSpec):

@@ -19,7 +19,7 @@ modak_stop() {
     sleep 0.5
   done
   mapfile -t ids < <(podman ps -a -q --filter "label=modak.job=$MODAK_JOB_TAG" 2>/dev/null)
-  [ "${#ids[@]}" -eq 0 ] || podman rm --force --ignore "${ids[@]}" >/dev/null 2>&1
+  [ "${#ids[@]}" -eq 0 ] || podman rm --force --time 0 --ignore "${ids[@]}" >/dev/null 2>&1
 }
 trap 'modak_stop; trap - TERM; kill -TERM $$' TERM
 trap 'modak_stop; trap - INT; kill -INT $$' INT

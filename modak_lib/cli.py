@@ -158,8 +158,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
                            "node": args.node, "run_id": args.run_id,
                            "ca_certs": args.ca_certs, "files": files_digest(pairs)})
     pinned = pins.get(key) if pins is not None and not args.new_run else None
+    try:
+        plan = Plan.model_validate(pinned["plan"]) if pinned is not None else None
+    except ValueError:  # a plan of an older MODAK: plan again
+        pinned = None
     if pinned is not None:
-        plan = Plan.model_validate(pinned["plan"])
         plan_json = json.dumps(pinned["plan"], indent=2) + "\n"
         _say(args, f"reusing the plan of run {plan.run_id} in {args.out} (--new-run plans again)")
     else:

@@ -329,6 +329,11 @@ class Plan(Strict):
     submit_command: tuple[str, ...]
     target: Target
     run_id: str
+    run_name: str = Field(description="the run directory's name on the front-end "
+                          "(JOB_NAME-RUN_ID, under the deployment's work directory)")
+    stdout: str = Field(description="the job's output file, in the run directory")
+    stderr: Optional[str] = Field(None, description="its error file; null: in stdout")
+    walltime_s: Optional[int] = Field(None, description="the job's wall-time limit")
     autotune: tuple[Configuration, ...] = Field(
         (), description="candidates a short autotuning trial should measure")
     app_files: tuple[str, ...] = Field(

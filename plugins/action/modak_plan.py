@@ -94,6 +94,9 @@ class ActionModule(ActionBase):
         pins = Pins(os.path.join(args["out_dir"], "requests"))
         pinned = None if args["new_run"] else pins.get(key)
         if pinned is not None:
+            # (a plan pinned by MODAK 0.2 has no run_name yet: it is JOB_NAME-RUN_ID)
+            pinned["plan"].setdefault("run_name", "%s-%s" % (pinned["job_name"],
+                                                             pinned["run_id"]))
             pinned.update(changed=False, app_files=shipped, dirs=dirs,
                           msg="reusing the plan of run %s (ask for a new run to plan "
                           "again)" % pinned["run_id"])
@@ -144,8 +147,7 @@ class ActionModule(ActionBase):
         chosen = plan.plan.candidates[0]
         summary = dict(
             plan_dir=out, run_id=run_id, files=sorted(plan.files), job_name=request.job.job_name,
-            stdout=plan.decision.resources.stdout, stderr=plan.decision.resources.stderr,
-            walltime=plan.decision.resources.walltime_s,
+            stdout=plan.plan.stdout, stderr=plan.plan.stderr, walltime=plan.plan.walltime_s,
             predicted_s=chosen.prediction.seconds if chosen.prediction else None,
             chosen=plan.plan.chosen.label(), decided_by=plan.plan.decided_by,
             msg="planned %s: %s (decided by %s)" % (run_id, plan.plan.chosen.label(),

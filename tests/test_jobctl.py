@@ -179,3 +179,38 @@ def test_pbs_contract(case, qstat_, line, extra, state, code, commands, tmp_path
                                             _output(tmp_path, line, extra))
     assert (status.state, status.exit_code) == (state, code)
     assert status.terminal == (state not in ("RUNNING", "PENDING", "COMPLETING", "UNKNOWN"))
+
+
+# ---------------------------------------------------------------------------
+# the same contract on what the local front-end really printed (scripts/record-jobctl):
+# Slurm 22.05 and its PBS wrappers, for jobs that really ended each way they can end here
+RECORDED = sorted((ROOT / "tests/data/jobctl/slurm-22.05").glob("*/truth.json"))
+
+
+def test_recordings_cover_every_end_this_front_end_can_produce():
+    cases = {p.parent.name for p in RECORDED}
+    for via in ("slurm", "pbs"):
+        for end in ("completed", "failed", "timeout", "cancelled", "cancelled-pending",
+                    "running", "pending"):
+            assert f"{via}-{end}" in cases, f"no recording of {via}-{end}"
+
+
+@pytest.mark.parametrize("truth", RECORDED, ids=[p.parent.name for p in RECORDED])
+def test_recorded_answers_give_the_real_state(truth, commands, tmp_path):
+    case = truth.parent
+    real = json.loads(truth.read_text())
+    answers = {}
+    for recorded in case.glob("*.json"):
+        if recorded.name != "truth.json":
+            a = json.loads(recorded.read_text())
+            answers[a["argv"][0]] = (a["rc"], a["out"], a["err"])
+    commands(**answers)
+    output = tmp_path / "job.out"
+    output.write_text((case / "output").read_text())
+    job_id = json.loads((case / "qstat.json").read_text())["argv"][-1]
+    sched = jobctl.scheduler(real["via"])
+    status = sched.status(str(tmp_path), job_id if real["via"] == "pbs" else job_id.split(".")[0],
+                          str(output))
+    assert status.state == real["state"], (status.as_dict(), real)
+    if real["exit_code"] is not None:
+        assert status.exit_code == real["exit_code"], (status.as_dict(), real)

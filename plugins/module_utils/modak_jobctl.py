@@ -214,6 +214,10 @@ class Pbs(object):
         if rc == 0 and state in ("R", "E"):
             return Status("RUNNING")
         code = fields.get("exit_status")
+        if state == "C" and code is None and "exec_host" not in fields and \
+                not _size(stdout):
+            # never ran (the wrappers report no exit status at all): deleted while queued
+            return Status("CANCELLED", None, "ended before it started (deleted while queued)")
         if code is not None and code.lstrip("-").isdigit():
             code = int(code)
             if code == -11:
@@ -318,6 +322,13 @@ class Local(object):
 
 def _q(s):
     return "'" + s.replace("'", "'\"'\"'") + "'"
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _read_int(path):

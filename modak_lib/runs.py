@@ -8,8 +8,8 @@ files' contents, inputs, target overrides, the application's files, trial settin
 small record of that run, and planning the same request again reuses its plan.  Asking for a
 new run plans again, with everything measured since, under a fresh run id.
 
-The Ansible action (``modak_plan``) and ``modak plan --out`` use this module; each keeps its
-pins in a ``requests/`` folder of its own (``Pins(folder)``).
+The Ansible action (``modak_plan``) keeps its pins in ``requests/`` beside the plans, and
+``modak plan --out DIR`` in ``DIR/.modak-requests/`` (``Pins(folder)``).
 """
 from __future__ import annotations
 

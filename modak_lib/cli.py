@@ -168,12 +168,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         predictor = _predictor(args.model, args)
         result = make_plan(request, predictor=predictor, run_id=args.run_id,
-                           ca_certs=args.ca_certs, app_files=app_files)
-        if args.new_run and pins is not None:  # the same decision under a new run id
-            from .runs import new_run_id
-            result = make_plan(request, predictor=predictor,
-                               run_id=new_run_id(result.plan.run_id),
-                               ca_certs=args.ca_certs, app_files=app_files)
+                           ca_certs=args.ca_certs, app_files=app_files,
+                           new_run=args.new_run and pins is not None)
         plan, plan_json = result.plan, result.files["plan.json"]
         if args.out:
             from .files import check_targets, write_atomic

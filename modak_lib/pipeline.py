@@ -19,6 +19,7 @@ from .readers.common import validate
 from .readers.infra import merge_target
 from .planner import Decision, Predictor, decide
 from .render import RECIPE_FORMATS, content_hash, recipe_spec, render_job_script, render_recipe
+from .runs import new_run_id
 from .runtimes import RUNTIMES
 from .schedulers import SCHEDULERS
 from .shell import Word, join
@@ -92,10 +93,12 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
               run_id: Optional[str] = None, ca_certs: bool = False,
               catalogue: Optional[Catalogue] = None,
               force: Optional[Configuration] = None,
-              app_files: tuple[str, ...] = (), app_digest: str = "") -> PlanResult:
+              app_files: tuple[str, ...] = (), app_digest: str = "",
+              new_run: bool = False) -> PlanResult:
     """Decide and render; ``app_files`` (read by ``readers.appfiles``) are recorded in the
     plan as what the run directory receives, and their digest in the job script (so that
-    an edited script is a new run)."""
+    an edited script is a new run).  ``new_run``: the run id (given or the default) with the
+    time appended (runs.new_run_id), so that the same request is submitted again."""
     cat = catalogue or load_catalogue()
     try:
         decision = decide(request, predictor, cat, force=force)
@@ -162,6 +165,8 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     # submitted twice); anything that changes the script (another image, another choice)
     # makes a new run
     run_id = run_id or default_run_id(script_for(""))
+    if new_run:
+        run_id = new_run_id(run_id)
     script = script_for(run_id)
     files[JOB_SCRIPT] = script
 

@@ -56,7 +56,7 @@ class ActionModule(ActionBase):
                                                     runtime_files, tree_files)
             from modak_lib.readers.common import load_document
             from modak_lib.readers.tosca import request_from_nodes
-            from modak_lib.runs import Pins, file_digest, new_run_id, request_key
+            from modak_lib.runs import Pins, file_digest, request_key
         except ImportError as exc:
             raise AnsibleActionFail("modak_plan needs the modak library on the controller "
                                     "(pip install modak): %s" % exc)
@@ -116,12 +116,7 @@ class ActionModule(ActionBase):
             names = tuple(pair[1] for pair in app_files)
             plan = make_plan(request, predictor=predictor, run_id=args["run_id"],
                              ca_certs=args["ca_certs"], force=force, app_files=names,
-                             app_digest=digest)
-            if args["new_run"]:  # the same decision under a new run id
-                run_id = new_run_id(plan.plan.run_id)
-                plan = make_plan(request, predictor=predictor, run_id=run_id,
-                                 ca_certs=args["ca_certs"], force=force, app_files=names,
-                                 app_digest=digest)
+                             app_digest=digest, new_run=args["new_run"])
         except ModakError as exc:
             raise AnsibleActionFail("MODAK plan failed:\n%s" % exc)
         run_id = plan.plan.run_id

@@ -215,7 +215,7 @@ class Pbs(object):
             return Status("RUNNING")
         code = fields.get("exit_status")
         if state == "C" and code is None and "exec_host" not in fields and \
-                not _size(stdout):
+                not output_size(stdout):
             # never ran (the wrappers report no exit status at all): deleted while queued
             return Status("CANCELLED", None, "ended before it started (deleted while queued)")
         if code is not None and code.lstrip("-").isdigit():
@@ -324,7 +324,8 @@ def _q(s):
     return "'" + s.replace("'", "'\"'\"'") + "'"
 
 
-def _size(path):
+def output_size(path):
+    """The size of a job's output file, 0 when it is missing."""
     try:
         return os.path.getsize(path)
     except OSError:

@@ -182,7 +182,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modak.modak.plugins.module_utils.modak_jobctl import (
-    JobError, job_line, scheduler as get_scheduler)
+    JobError, job_line, output_size, scheduler as get_scheduler)
 
 RECORD = ".modak-job.json"
 
@@ -211,17 +211,6 @@ def save_record(workdir, record):
 
 
 MAX_LOST = 2  # resubmissions of a run whose jobs completed without any output
-
-
-def output_lost(sched, workdir, job_id, stdout):
-    """Whether job_id completed but left no output at all (the disk was full, the work
-    directory was cleaned): its result is lost, and submitting the run again loses nothing."""
-    try:
-        if os.path.getsize(stdout) > 0:
-            return False
-    except OSError:
-        pass
-    return sched.status(workdir, job_id, stdout).state == "COMPLETED"
 
 
 def main():
@@ -266,9 +255,14 @@ def main():
                          % (workdir, record.get("run_id"), p["run_id"]), **result)
 
     try:
-        lost = []
+        lost, status = [], None
         if record is not None and p["state"] in ("submitted", "ended", "finished") and \
-                output_lost(sched, workdir, record["job_id"], result["stdout_path"]):
+                not output_size(result["stdout_path"]):
+            status = sched.status(workdir, record["job_id"], result["stdout_path"])
+        if status is not None and status.state == "COMPLETED":
+            # completed but left no output at all (the disk was full, the work directory was
+            # cleaned): its result is lost, and submitting the run again loses nothing
+            status = None
             lost = record.get("lost_jobs", []) + [record["job_id"]]
             if len(lost) > MAX_LOST:
                 module.fail_json(msg="jobs %s of run %s completed without any output; not "
@@ -310,7 +304,8 @@ def main():
         job_id = record["job_id"]
         result["job_id"] = job_id
         result["submitted_at"] = record.get("submitted_at")
-        status = sched.status(workdir, job_id, result["stdout_path"])
+        if status is None:  # (unless asked above, of the same job)
+            status = sched.status(workdir, job_id, result["stdout_path"])
 
         if p["state"] == "cancelled" and not status.terminal:
             result["changed"] = True

@@ -210,6 +210,19 @@ echo $? >"$result.tmp" && mv "$result.tmp" "$result"
 """
 
 
+def _lock_holder(lock):
+    """The process id of the build holding ``lock``; -1 while its writer has taken it but
+    the build's shell has not written its id yet; None when no live build holds it."""
+    pid = _read(lock)
+    if pid and pid.isdigit():
+        return int(pid) if _alive(int(pid)) else None
+    try:
+        young = time.time() - os.stat(lock).st_mtime < 120
+    except OSError:
+        return None
+    return -1 if pid == "starting" and young else None
+
+
 class Build(object):
     """The files of one image's build in log_dir: lock (pid), result (exit code), log."""
 
@@ -224,14 +237,7 @@ class Build(object):
     def running_pid(self):
         """The running build's process id; the lock's own writer, for the moment between
         taking the lock and the build's shell writing its id into it (-1)."""
-        pid = _read(self.lock)
-        if pid and pid.isdigit():
-            return int(pid) if _alive(int(pid)) else None
-        try:
-            young = time.time() - os.stat(self.lock).st_mtime < 120
-        except OSError:
-            return None
-        return -1 if pid == "starting" and young else None
+        return _lock_holder(self.lock)
 
     def start(self, module, argv, cwd, env):
         """Start the build detached, under the lock; False if another holds the lock."""
@@ -293,13 +299,8 @@ class Build(object):
             names = os.listdir(self.dir)
         except OSError:
             return False
-        for name in names:
-            path = os.path.join(self.dir, name)
-            if name.endswith(".pid") and path != self.lock:
-                pid = _read(path)
-                if pid == "starting" or (pid and pid.isdigit() and _alive(int(pid))):
-                    return True
-        return False
+        return any(_lock_holder(os.path.join(self.dir, name)) for name in names
+                   if name.endswith(".pid") and os.path.join(self.dir, name) != self.lock)
 
     def started_at(self):
         try:
@@ -308,11 +309,8 @@ class Build(object):
             return None
 
     def running_s(self):
-        started = _read(self.started)
-        try:
-            return round(time.time() - float(started), 1)
-        except (TypeError, ValueError):
-            return None
+        started = self.started_at()
+        return None if started is None else round(time.time() - started, 1)
 
 
 def _q(text):

@@ -153,15 +153,19 @@ def test_a_failing_job_ends_the_playbook_with_its_state_and_logs(deploy):
     assert "nonexistent" in row["error"] and row["s_per_step"] is None
 
 
+def _as_frontend_user(command):
+    """A shell command as the front-end's user (its rootless Podman), from /tmp."""
+    return subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c", f"cd /tmp && {command}"],
+                          capture_output=True, text=True)
+
+
 def _containers_left(job_id, wait_s=20):
     """What still runs of Slurm job ``job_id`` once it had ``wait_s`` to stop: the front-end
     user's containers labelled with it, and any training process of the 100 000-step jobs of
     these tests (no other test runs them)."""
     fmt = '{{index .Labels "modak.job"}}'
     for _ in range(int(wait_s)):
-        proc = subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
-                               f"cd /tmp && podman ps -a --format '{fmt}'"],
-                              capture_output=True, text=True)
+        proc = _as_frontend_user(f"podman ps -a --format '{fmt}'")
         assert proc.returncode == 0, proc.stderr
         left = [x for x in proc.stdout.split() if x.endswith(f".{job_id}")]
         left += subprocess.run(["pgrep", "-a", "-u", "hpcuser", "-f", "--steps 100000"],
@@ -396,16 +400,12 @@ def test_an_interrupted_build_goes_on_and_the_next_run_attaches_to_it(frontend, 
                      second.stdout, re.M), second.stdout
     log = (pathlib.Path(build_dir) / f"build-localhost_modak-test_build_{tag}.log").read_text()
     assert log.count("$ podman build") == 1  # one build, not two
-    subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
-                    f"cd /tmp && podman image rm -f localhost/modak-test/build:{tag}; "
-                    f"rm -rf {build_dir}"], capture_output=True)
+    _as_frontend_user(f"podman image rm -f localhost/modak-test/build:{tag}; rm -rf {build_dir}")
 
 
 def _working_containers():
     """Podman's build (buildah) containers of the front-end user: ID -> creation time."""
-    proc = subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
-                           "cd /tmp && podman ps --all --external --format json"],
-                          capture_output=True, text=True)
+    proc = _as_frontend_user("podman ps --all --external --format json")
     assert proc.returncode == 0, proc.stderr
     return {row["Id"]: row["Created"] for row in json.loads(proc.stdout or "[]")
             if any(re.search(r"-working-container(-\d+)?$", n) for n in row.get("Names") or [])}
@@ -442,9 +442,7 @@ def test_a_killed_build_is_cleaned_up_and_built_again(frontend, tmp_path):
     assert re.search(r"^\[frontend\] built localhost/modak-test/build:%s in " % tag,
                      second.stdout, re.M), second.stdout
     assert not left & set(_working_containers())  # the killed build's are gone
-    subprocess.run(["runuser", "-u", "hpcuser", "--", "sh", "-c",
-                    f"cd /tmp && podman image rm -f localhost/modak-test/build:{tag}; "
-                    f"rm -rf {build_dir}"], capture_output=True)
+    _as_frontend_user(f"podman image rm -f localhost/modak-test/build:{tag}; rm -rf {build_dir}")
 
 
 # ---------------------------------------------------------------------------

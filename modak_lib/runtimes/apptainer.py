@@ -5,8 +5,14 @@ command lines are rendered and tested exactly (golden files), not executed.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..shell import Raw, Word
 from .base import BIND, WORKDIR, RuntimeSpec
+
+# the build context's wheel folder (the roles copy the wheelhouse there), which the recipe's
+# %files reads through its WHEELHOUSE argument
+WHEELHOUSE = "wheels"
 
 
 class Apptainer(RuntimeSpec):
@@ -34,6 +40,19 @@ class Apptainer(RuntimeSpec):
         image_word: Word = image if image.startswith("/") else Raw(f'"$HOME"/{_q(image)}')
         return words + [image_word]
 
+
+    def builder(self, wheelhouse: bool = False) -> dict[str, Any]:
+        # built into a partial file, renamed when complete; %files paths are relative to
+        # the recipe's directory
+        return {
+            "exists": {"argv": ["test", "-s", "{image}"]},
+            "build": {"argv": ["apptainer", "build", "--fakeroot", "--force", "{build_args}",
+                               "{partial}", "{recipe}"], "cwd": "recipe_dir"},
+            "remove": {"argv": ["rm", "-f", "{image}"]},
+            "build_arg": "--build-arg",
+            "build_args": {"WHEELHOUSE": WHEELHOUSE} if wheelhouse else {},
+            "file": True,
+        }
 
     def exports(self, env: dict[str, str]) -> dict[str, str]:
         """Values with a comma reach the container as APPTAINERENV_NAME (kept whole, also

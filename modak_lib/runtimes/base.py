@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Optional
+from typing import Any, Optional
 
 from ..shell import Raw, Word
 
@@ -25,6 +25,26 @@ class RuntimeSpec(ABC):
     @abstractmethod
     def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
         """Words that run a command inside ``image``, with ``env`` set inside it."""
+
+    def builder(self, wheelhouse: bool = False) -> Optional[dict[str, Any]]:
+        """What the front-end runs to build, find and remove this runtime's images, as data
+        (JSON) that ``modak_image`` executes; None without images.  Placeholders:
+        ``{image}``, ``{recipe}``, ``{context}``, ``{partial}`` (the image file while it is
+        built), ``{build_args}`` (each as ``build_arg`` NAME=VALUE words).  Keys:
+
+        - ``exists``: {``argv``, ``listed``: the image is there when its reference is a
+          word of the output (else: when the command succeeds)};
+        - ``build``: {``argv``, ``cwd``: ``context`` or ``recipe_dir``};
+        - ``remove``: {``argv``};
+        - ``build_arg``: the option that passes one build argument;
+        - ``build_args``: the arguments the recipe needs ({NAME: VALUE});
+        - ``file``: the image is a file (relative: under the login's home), built into
+          ``{partial}`` and renamed when complete;
+        - ``leftovers`` (optional): what a killed build leaves, found in a JSON listing
+          (``argv``, ``where``: {field: value}, ``name_field``, ``name_pattern``,
+          ``created_field``) and removed with ``remove`` + their ids.
+        """
+        return None
 
     def exports(self, env: dict[str, str]) -> dict[str, str]:
         """Variables the job script itself exports (the runtime passes the rest)."""

@@ -1,6 +1,8 @@
 """Charliecloud: unprivileged ``ch-image build`` and ``ch-run`` from its image storage."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..shell import Raw, Word
 from .base import BIND, WORKDIR, RuntimeSpec
 
@@ -24,3 +26,13 @@ class Charliecloud(RuntimeSpec):
         for key, value in env.items():
             words.append(f"--set-env={key}={value}")
         return words + [image, "--"]
+
+    def builder(self, wheelhouse: bool = False) -> dict[str, Any]:
+        return {
+            # `ch-image list REF` also asks the image's registry: list local storage only
+            "exists": {"argv": ["ch-image", "list"], "listed": True},
+            "build": {"argv": ["ch-image", "build", "--force", "-t", "{image}", "-f",
+                               "{recipe}", "{build_args}", "{context}"], "cwd": "context"},
+            "remove": {"argv": ["ch-image", "delete", "{image}"]},
+            "build_arg": "--build-arg", "build_args": {},
+        }

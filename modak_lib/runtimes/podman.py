@@ -1,6 +1,8 @@
 """Podman (or Docker): images in the user's container storage, ``podman run``."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..shell import Raw, Word
 from .base import BIND, WORKDIR, RuntimeSpec
 
@@ -44,3 +46,20 @@ class Podman(RuntimeSpec):
 
     def stop(self) -> str:
         return _STOP
+
+    def builder(self, wheelhouse: bool = False) -> dict[str, Any]:
+        return {
+            "exists": {"argv": ["podman", "image", "exists", "{image}"]},
+            "build": {"argv": ["podman", "build", "--pull=never", "--network=host",
+                               "--layers=true", "-f", "{recipe}", "-t", "{image}",
+                               "{build_args}", "{context}"], "cwd": "context"},
+            "remove": {"argv": ["podman", "image", "rm", "-f", "{image}"]},
+            "build_arg": "--build-arg", "build_args": {},
+            # a killed `podman build` leaves buildah's working containers (in storage only,
+            # each holding a copy of a layer), named IMAGE-working-container[-N]
+            "leftovers": {"argv": ["podman", "ps", "--all", "--external", "--format", "json"],
+                          "where": {"State": "storage", "Command": ["buildah"]},
+                          "name_field": "Names", "name_pattern": r"-working-container(-\d+)?$",
+                          "created_field": "Created", "id_field": "Id",
+                          "remove": ["podman", "rm", "--force"]},
+        }

@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import backend_data
 from ansible_collections.modak.modak.plugins.plugin_utils.modak_progress import (
     Orphaned, ParentWatch, PollingAction, clock, say, warn)
 
@@ -25,7 +26,8 @@ class ActionModule(PollingAction):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        args = dict(self._task.args)
+        args = backend_data("modak_image", dict(self._task.args), "runtime", "builder",
+                            "runtime")
         if args.get("state", "present") != "present" or not args.get("wait", True):
             result.update(self._query(args, task_vars))
             return result

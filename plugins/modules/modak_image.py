@@ -22,7 +22,8 @@ description:
     session, its output in the build log) under a lock file holding its process id; a
     second call while it runs attaches to it instead of starting another. A build whose
     process is gone without a result (killed, or the front-end restarted) is cleaned up
-    (its lock and partial file; for Podman, the builder's working containers it created,
+    (its lock and partial file; what the builder leaves behind when its data says how to
+    find it - for Podman, buildah's working containers created since that build started -
     when no other build of O(log_dir) runs) and started again. Podman's committed layers
     are kept, for the next build to reuse.
   - Waiting is done by the controller (an action plugin), which prints the build's current
@@ -31,14 +32,23 @@ description:
   - Uses only the Python standard library, so that it runs with a front-end's own Python.
 options:
   runtime:
-    description: The container builder.
+    description:
+      - The container runtime's name (C(podman), C(charliecloud), C(apptainer)), for
+        messages and for the action plugin to fill O(builder).
     type: str
-    choices: [podman, charliecloud, apptainer]
     required: true
+  builder:
+    description:
+      - The runtime backend's image commands (the plan's C(image.builder)) - build, exists
+        and remove, where the image lives, what a killed build leaves. The module knows no
+        runtime itself and executes these.
+      - Filled by the action plugin from O(runtime) when omitted.
+    type: dict
   image:
     description:
       - The image reference MODAK planned (podman C(localhost/NAME:TAG), charliecloud
-        C(NAME:TAG), apptainer the SIF file's path).
+        C(NAME:TAG), apptainer the SIF file's path; a relative file path is under the
+        login's home).
     type: str
     required: true
   recipe:
@@ -130,6 +140,7 @@ cleaned:
 import errno
 import json
 import os
+import pwd
 import re
 import time
 
@@ -140,30 +151,27 @@ def _safe(ref):
     return re.sub(r"[^A-Za-z0-9_.-]", "_", ref)
 
 
-def builder_commands(runtime, image, recipe, context, build_args):
+def _fill(words, values, build_args):
+    """argv words with their {placeholders} filled; {build_args} becomes its words."""
+    out = []
+    for word in words:
+        if word == "{build_args}":
+            out += build_args
+            continue
+        for key, value in values.items():
+            word = word.replace("{%s}" % key, value)
+        out.append(word)
+    return out
+
+
+def builder_commands(builder, image, recipe, context, build_args):
+    """The runtime backend's build, exists and remove commands for this image (argv)."""
     args = []
-    for key, value in sorted(build_args.items()):
-        args += ["--build-arg", "%s=%s" % (key, value)]
-    if runtime == "podman":
-        return {
-            "exists": ["podman", "image", "exists", image],
-            "build": ["podman", "build", "--pull=never", "--network=host", "--layers=true",
-                      "-f", recipe, "-t", image] + args + [context],
-            "remove": ["podman", "image", "rm", "-f", image],
-        }
-    if runtime == "charliecloud":
-        return {
-            # `ch-image list REF` also asks the image's registry: list local storage only
-            "exists": ["ch-image", "list"],
-            "build": ["ch-image", "build", "--force", "-t", image, "-f", recipe] + args + [context],
-            "remove": ["ch-image", "delete", image],
-        }
-    return {  # apptainer: build into a temporary file, rename when complete
-        "exists": ["test", "-s", image],
-        "build": ["apptainer", "build", "--fakeroot", "--force"] + args + [
-            image + ".partial", recipe],
-        "remove": ["rm", "-f", image],
-    }
+    for key, value in sorted(dict(builder.get("build_args") or {}, **build_args).items()):
+        args += [builder.get("build_arg", "--build-arg"), "%s=%s" % (key, value)]
+    values = {"image": image, "recipe": recipe, "context": context, "partial": image + ".partial"}
+    return dict((what, _fill(builder[what]["argv"], values, args))
+                for what in ("exists", "build", "remove"))
 
 
 STEP = re.compile(r"^(STEP \d+/\d+: .*|\d+\. .*|INFO: .*)$")
@@ -317,28 +325,40 @@ def _q(text):
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-WORKING = re.compile(r"-working-container(-\d+)?$")  # buildah's names, numbered when taken
-
-
-def podman_leftovers(module, env, since):
-    """Podman's working containers (buildah's, in storage only) created since ``since``:
-    what a killed ``podman build`` leaves, each holding a copy of a layer."""
-    rc, out, dummy = module.run_command(
-        ["podman", "ps", "--all", "--external", "--format", "json"], environ_update=env)
+def leftovers(module, env, since, spec):
+    """What a killed build left (``spec``: the builder's ``leftovers`` data), created since
+    ``since``: rows of the builder's JSON listing with the given field values and a name
+    matching its pattern (Podman: buildah's working containers, in storage only)."""
+    rc, out, dummy = module.run_command(spec["argv"], environ_update=env)
     try:
         rows = json.loads(out or "[]") if rc == 0 else []
     except ValueError:
         rows = []
-    return [row["Id"] for row in rows if isinstance(row, dict) and row.get("Id")
-            and row.get("State") == "storage" and row.get("Command") == ["buildah"]
-            and any(WORKING.search(n) for n in row.get("Names") or [])
-            and (row.get("Created") or 0) >= since - 1]
+    pattern = re.compile(spec["name_pattern"])
+    created, id_field = spec.get("created_field"), spec.get("id_field", "Id")
+    found = []
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or not row.get(id_field):
+            continue
+        names = row.get(spec["name_field"]) or []
+        names = [names] if not isinstance(names, list) else names
+        if all(row.get(k) == v for k, v in spec.get("where", {}).items()) and \
+                any(pattern.search(str(n)) for n in names) and \
+                (not created or (row.get(created) or 0) >= since - 1):
+            found.append(row[id_field])
+    return found
+
+
+def _under_home(path):
+    """A relative path is under the login's home."""
+    return path if os.path.isabs(path) else os.path.join(pwd.getpwuid(os.getuid()).pw_dir, path)
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            runtime=dict(type="str", required=True, choices=["podman", "charliecloud", "apptainer"]),
+            runtime=dict(type="str", required=True),
+            builder=dict(type="dict"),
             image=dict(type="str", required=True),
             recipe=dict(type="path", required=True),
             context=dict(type="path", required=True),
@@ -352,21 +372,26 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    cmds = builder_commands(p["runtime"], p["image"], p["recipe"], p["context"], p["build_args"])
+    builder = p["builder"]
+    if not builder or not all(isinstance(builder.get(k), dict) and builder[k].get("argv")
+                              for k in ("exists", "build", "remove")):
+        module.fail_json(msg="runtime %s: no builder data (exists, build, remove): pass the "
+                         "plan's image builder" % p["runtime"])
+    if builder.get("file"):  # the image is a file: a relative one is under the login's home
+        p["image"] = _under_home(p["image"])
+    cmds = builder_commands(builder, p["image"], p["recipe"], p["context"], p["build_args"])
     marker = os.path.join(p["log_dir"], ".built", _safe(p["image"]))
     build = Build(p["log_dir"], p["image"])
-    partial = p["image"] + ".partial" if p["runtime"] == "apptainer" else None
+    partial = p["image"] + ".partial" if builder.get("file") else None
     result = dict(changed=False, built=False, building=False, image=p["image"],
                   build_log=build.log)
     env = dict(os.environ, PATH="/usr/bin:/bin:" + os.environ.get("PATH", ""))
-    if p["runtime"] == "apptainer":
-        cwd = os.path.dirname(p["recipe"])  # %files paths are relative to the recipe
-    else:
-        cwd = p["context"]
+    cwd = os.path.dirname(p["recipe"]) if builder["build"].get("cwd") == "recipe_dir" \
+        else p["context"]
 
     def exists_now():
         rc, out, dummy = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
-        if p["runtime"] == "charliecloud":
+        if builder["exists"].get("listed"):  # the image is there when the output names it
             rc = 0 if rc == 0 and p["image"] in out.split() else 1
         return rc == 0, rc == 0 and os.path.exists(marker)
 
@@ -397,11 +422,12 @@ def main():
         if not build.clear_stale(partial):
             return False
         what = "its lock"
-        if p["runtime"] == "podman" and since and not build.others_running():
-            ids = podman_leftovers(module, env, since)
+        spec = builder.get("leftovers")
+        if spec and since and not build.others_running():
+            ids = leftovers(module, env, since, spec)
             if ids:
-                module.run_command(["podman", "rm", "--force"] + ids, environ_update=env)
-                what += " and %d working container(s) of the builder" % len(ids)
+                module.run_command(spec["remove"] + ids, environ_update=env)
+                what += " and %d leftover(s) of the builder" % len(ids)
         result["cleaned"] = "a killed build of %s was found: removed %s, building again" % (
             p["image"], what)
         return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 import re
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PositiveInt,
                       field_validator, model_validator)
@@ -38,10 +38,15 @@ class Framework(str, Enum):
     none = "none"
 
 
-class Scheduler(str, Enum):
-    slurm = "slurm"
-    pbs = "pbs"
-    local = "local"
+def _scheduler(name: str) -> str:
+    """A scheduler MODAK has a backend for (``schedulers.SCHEDULERS``), or one of its other
+    names (``torque`` is ``pbs``, ``none`` is ``local``)."""
+    from .schedulers import scheduler_name  # (the backends import these models)
+    return scheduler_name(name)
+
+
+# a scheduler's name, checked against the registry of backends (modak_lib/schedulers/)
+SchedulerName = Annotated[str, AfterValidator(_scheduler)]
 
 
 class Runtime(str, Enum):
@@ -98,7 +103,7 @@ class Frontend(Strict):
 class Target(Strict):
     """The system a job runs on: a cluster behind an SSH front-end, or one host."""
     name: SchedName = "local"
-    scheduler: Scheduler = Scheduler.local
+    scheduler: SchedulerName = "local"
     frontend: Frontend = Frontend()
     partitions: tuple[SchedName, ...] = ()
     cores_per_node: Count(4096) = Field(1, description="physical cores a job may use per node")
@@ -311,6 +316,9 @@ class ImageInfo(Strict):
     content_hash: str
     wheelhouse: bool = Field(description="the recipe installs Python packages from ./wheels")
     ca_certs: bool = Field(description="the recipe copies ./certs into the image")
+    builder: Optional[dict[str, Any]] = Field(
+        None, description="what the front-end runs to build, find and remove the image (the "
+        "runtime backend's data, for modak_image); null without a container")
     score_breakdown: tuple[tuple[str, float], ...]
 
 
@@ -321,12 +329,14 @@ class Plan(Strict):
     candidates: tuple[Candidate, ...]
     decided_by: Literal["prior", "model", "autotune"]
     image: ImageInfo
-    scheduler: Scheduler
+    scheduler: SchedulerName
     runtime: Runtime
     launcher: Launcher
     environment: dict[str, str]
     job_script: str
-    submit_command: tuple[str, ...]
+    job_control: dict[str, Any] = Field(
+        description="what the front-end runs to submit, query and cancel the job, and how it "
+        "reads the answers (the scheduler backend's data, for modak_jobctl)")
     target: Target
     run_id: str
     run_name: str = Field(description="the run directory's name on the front-end "

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from . import __version__, workload
 from .catalogue import Catalogue, Variant, load_catalogue
 from .errors import InputError
-from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Scheduler, Target
+from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Target
 from .readers.common import validate
 from .readers.infra import merge_target
 from .planner import Decision, Predictor, decide
@@ -108,7 +108,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     variant = cat.variant(cfg.image)
     target = request.target
     runtime = RUNTIMES[decision.runtime.value]
-    scheduler = SCHEDULERS[target.scheduler.value]
+    scheduler = SCHEDULERS[target.scheduler]
 
     # recipes: one description, every format
     cuda_arch = None
@@ -159,7 +159,8 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
             directives=scheduler.directives(request.job, res), exports=runtime.exports(env),
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
             decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
-            workdir_cd=target.scheduler == Scheduler.pbs, stop=runtime.stop())
+            job_id_vars=scheduler.job_id_vars, submit_dir_vars=scheduler.submit_dir_vars,
+            stop=runtime.stop())
 
     # the default run id is the script's own hash: the same script is the same run (never
     # submitted twice); anything that changes the script (another image, another choice)
@@ -174,6 +175,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                       base=variant.base, flavour=variant.flavour,
                       recipe_file=recipe_files[fmt], recipes=recipe_files,
                       content_hash=digest, wheelhouse=variant.wheelhouse, ca_certs=ca_certs,
+                      builder=runtime.builder(wheelhouse=variant.wheelhouse),
                       score_breakdown=decision.match.breakdown)
     plan = Plan(request=request.source, modak_version=__version__, chosen=cfg,
                 candidates=decision.candidates, decided_by=decision.decided_by, image=image,
@@ -181,7 +183,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                 launcher=decision.launcher if decision.inner_launcher == Launcher.none
                 else decision.inner_launcher,
                 environment=env, job_script=JOB_SCRIPT,
-                submit_command=tuple(scheduler.submit_command(JOB_SCRIPT, res)),
+                job_control=scheduler.job_control(),
                 target=target, notes=decision.notes, run_id=run_id,
                 run_name=f"{request.job.job_name}-{run_id}", stdout=res.stdout,
                 stderr=res.stderr, walltime_s=res.walltime_s,

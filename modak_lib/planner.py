@@ -22,7 +22,7 @@ from typing import Optional, Protocol, Sequence
 from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_accelerator
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
-                     Launcher, Precision, Prediction, Runtime, Scheduler, compiler_id)
+                     Launcher, Precision, Prediction, Runtime, compiler_id)
 from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
@@ -67,7 +67,7 @@ def choose_runtime(request: JobRequest) -> Runtime:
     if request.target.container_runtime is not None:
         return request.target.container_runtime
     # as in the seed paper (Singularity): an HPC scheduler gets Apptainer
-    return Runtime.apptainer if request.target.scheduler != Scheduler.local else Runtime.none
+    return Runtime.apptainer if request.target.scheduler != "local" else Runtime.none
 
 
 def resources(request: JobRequest) -> Resources:
@@ -110,7 +110,7 @@ def resources(request: JobRequest) -> Resources:
 
 def choose_launchers(request: JobRequest, res: Resources) -> tuple[Launcher, Launcher]:
     """(outer, inner): outer starts the container(s), inner runs inside one."""
-    spec = SCHEDULERS[request.target.scheduler.value]
+    spec = SCHEDULERS[request.target.scheduler]
     ranks = res.nodes * res.tasks_per_node
     if request.application.framework == Framework.pytorch and res.tasks_per_node > 1 \
             and res.nodes == 1:

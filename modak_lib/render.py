@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,7 +135,22 @@ def content_hash(text: str, extra: dict[str, Any] | None = None) -> str:
 # job scripts
 def render_job_script(*, directives: list[str], exports: dict[str, str], launch: str,
                       source: str, chosen: str, decided_by: str, run_id: str,
-                      workdir_cd: bool, app_digest: str = "", stop: str | None = None) -> str:
+                      job_id_vars: tuple[str, ...] = (), submit_dir_vars: tuple[str, ...] = (),
+                      app_digest: str = "", stop: str | None = None) -> str:
+    """``job_id_vars``/``submit_dir_vars``: the scheduler's variables naming the job and the
+    directory it was submitted from (the first set wins), where it has them."""
     return render("jobs/job.sh.j2", directives=directives, exports=exports, launch=launch,
                   source=source, chosen=chosen, decided_by=decided_by, run_id=run_id,
-                  workdir_cd=workdir_cd, app_digest=app_digest, stop=stop)
+                  job_id=_first_set(job_id_vars, "$$"),
+                  submit_dir=_first_set(submit_dir_vars, "$PWD") if submit_dir_vars else None,
+                  app_digest=app_digest, stop=stop)
+
+
+def _first_set(names: tuple[str, ...], otherwise: str) -> str:
+    """``${A:-${B:-otherwise}}`` (the names are the scheduler's own, checked here)."""
+    expr = otherwise
+    for name in reversed(names):
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", name):
+            raise ValueError(f"not a variable name: {name!r}")
+        expr = f"${{{name}:-{expr}}}"
+    return expr

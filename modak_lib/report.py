@@ -38,7 +38,7 @@ def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
     img = plan.image
     head = [
         ("", f"MODAK plan for {plan.request} (decided by {plan.decided_by})"),
-        ("  target     ", f"{plan.target.name}: {plan.scheduler.value}, runtime "
+        ("  target     ", f"{plan.target.name}: {plan.scheduler}, runtime "
          f"{plan.runtime.value}, launcher {plan.launcher.value}, {plan.target.microarchitecture}"
          + (f", {plan.target.accelerators.count}x "
             f"{plan.target.accelerators.model or plan.target.accelerators.vendor}"

@@ -5,7 +5,7 @@ import pytest
 from conftest import DELETE, ROOT, dsl, run_modak
 
 from modak_lib.errors import InputError
-from modak_lib.models import Compiler, Framework, Scheduler
+from modak_lib.models import Compiler, Framework
 from modak_lib.readers import read_request
 from modak_lib.readers.dsl import read_dsl
 
@@ -19,7 +19,7 @@ def test_shipped_example_reads_like_the_old_service():
     assert app.framework == Framework.tensorflow and app.framework_version == "2.1"
     assert app.user_image == "tensorflow/tensorflow:2.1.0-gpu-py3"
     assert req.optimisation.compilers == (Compiler.xla,)
-    assert req.target.scheduler == Scheduler.pbs  # torque
+    assert req.target.scheduler == "pbs"  # torque
     assert req.target.accelerators.vendor == "nvidia" and req.target.accelerators.count == 1
     assert req.job.wall_time_limit == 12 * 3600  # "12:00:00 " with its trailing blank
     assert req.job.mail_events == ("begin", "end", "fail")
@@ -70,7 +70,7 @@ def problems(doc):
     ({"job.extra": {}}, "job.extra", "unknown key"),
     ({"job.job_options.wall_time_limit": "1 day, 6:00:00"}, "job.job_options.wall_time_limit",
      "invalid wall time"),
-    ({"job.target.job_scheduler_type": "lsf"}, "job.target.job_scheduler_type", "slurm"),
+    ({"job.target.job_scheduler_type": "sge"}, "job.target.job_scheduler_type", "slurm"),
     ({"job.optimisation.app_type-ai_training.config.ai_framework": "caffe"},
      "job.optimisation.app_type-ai_training.config.ai_framework", "tensorflow"),
     ({"job.optimisation.app_type-ai_training.ai_framework-pytorch": DELETE},

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import plan_of, request
 
+from modak_lib.schedulers import SCHEDULERS
+
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("MODAK_UPDATE_GOLDEN") == "1"
 
@@ -27,7 +29,7 @@ CPU_TARGET = {"partitions": ["cpu", "gpu"], "cpu_features": ["avx512_bf16"]}
 RUNTIMES = ("apptainer", "podman", "charliecloud")
 CASES = {f"{sched}-{rt}": dict(scheduler=sched, runtime=rt, job=RICH_JOB, application=RICH_APP,
                                optimisation=RICH_OPT, target=CPU_TARGET)
-         for sched in ("slurm", "pbs", "local") for rt in RUNTIMES}
+         for sched in SCHEDULERS for rt in RUNTIMES}  # every registered scheduler
 CASES["local-none"] = dict(scheduler="local", runtime="none", application=RICH_APP,
                            optimisation=RICH_OPT, environment={"DATA_DIR": "/data/mnist"})
 CASES["pbs-apptainer-gpu-xla"] = dict(

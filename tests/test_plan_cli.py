@@ -39,7 +39,10 @@ def test_tensorflow_xla_gpu_on_torque(tmp_path):
     assert 'apptainer exec --nv --cleanenv' in script
     assert f'"$HOME"/{image["reference"]} python3 -m modak_runtime -- train.py --batch_size 96' in script
     assert plan_json["scheduler"] == "pbs" and plan_json["runtime"] == "apptainer"
-    assert plan_json["submit_command"] == ["qsub", "-o", "tf-xla.out", "-j", "oe", "job.sh"]
+    # what the front-end runs comes with the plan: PBS's submit command and state map
+    control = plan_json["job_control"]
+    assert control["name"] == "pbs" and control["submit"]["argv"][0] == "qsub"
+    assert control["states"]["Q"] == "PENDING" and control["cancel"] == ["qdel", "{job_id}"]
     assert "tensorflow-2.1.0-gpu" in table and "xla" in table
     assert (out / "apptainer.def").read_text().startswith("# Apptainer definition")
     assert "From: tensorflow/tensorflow:2.1.0-gpu-py3" in (out / "apptainer.def").read_text()
@@ -55,8 +58,8 @@ def test_same_request_on_slurm_gives_a_valid_sbatch_script(tmp_path):
     assert "#PBS" not in script
     assert "\nsrun apptainer exec --nv " in script
     assert subprocess.run(["bash", "-n", str(out / "job.sh")]).returncode == 0
-    assert json.loads((out / "plan.json").read_text())["submit_command"] == [
-        "sbatch", "--parsable", "--output=tf-xla.out", "job.sh"]
+    control = json.loads((out / "plan.json").read_text())["job_control"]
+    assert control["name"] == "slurm" and control["submit"]["argv"][:2] == ["sbatch", "--parsable"]
 
 
 def test_plan_json_explains_the_decision(tmp_path):
@@ -106,7 +109,7 @@ def test_local_embedded_default(tmp_path):
     assert proc.returncode == 0, proc.stderr
     p = json.loads((tmp_path / "plan.json").read_text())
     assert p["scheduler"] == "local" and p["runtime"] == "none"
-    assert p["submit_command"] == ["bash", "job.sh"]
+    assert p["job_control"] == {"name": "local", "local": True}
 
 
 @pytest.mark.parametrize("changes, message", [

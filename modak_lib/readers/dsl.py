@@ -12,7 +12,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..errors import InputError
-from ..models import Allocator, Build, Compiler, Framework, JobRequest, Scheduler, Target
+from ..models import Allocator, Build, Compiler, Framework, JobRequest, SchedulerName, Target
 from ..validate import EnvName, MailEvents, WallTime
 from .common import validate
 
@@ -43,7 +43,7 @@ class DslJobOptions(_M):
 
 
 class DslTarget(_M):
-    job_scheduler_type: Optional[Literal["slurm", "torque", "pbs", "none"]] = None
+    job_scheduler_type: Optional[SchedulerName] = None
     name: Optional[str] = None
 
 
@@ -203,8 +203,6 @@ class DslDocument(_M):
 
 _RUNTIME_NAMES = {"apptainer": "apptainer", "singularity": "apptainer", "podman": "podman",
                   "docker": "podman", "charliecloud": "charliecloud", "none": "none"}
-_SCHEDULERS = {"slurm": Scheduler.slurm, "torque": Scheduler.pbs, "pbs": Scheduler.pbs,
-               "none": Scheduler.local}
 
 
 def _split(text: str, where: str, source: str) -> list[str]:
@@ -273,7 +271,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
                                        "count": jo.request_gpus}
     if job.target is not None:
         if job.target.job_scheduler_type:
-            changes["scheduler"] = _SCHEDULERS[job.target.job_scheduler_type]
+            changes["scheduler"] = job.target.job_scheduler_type
         if job.target.name:
             changes["name"] = job.target.name
     if runtime:

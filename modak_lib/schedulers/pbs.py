@@ -7,16 +7,23 @@ PBS honours.
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..models import JobOptions
 from ..validate import pbs_walltime
 from .base import Resources, SchedulerSpec
+from .slurm import SLURMSTEPD_MARKS
 
 _MAIL = {"begin": "b", "end": "e", "fail": "a"}
 
 
 class Pbs(SchedulerSpec):
     name = "pbs"
+    aliases = ("torque",)
     directive_prefix = "#PBS"
+    # Torque starts the job in the home directory; Slurm's wrappers set SLURM_* only
+    job_id_vars = ("PBS_JOBID", "SLURM_JOB_ID")
+    submit_dir_vars = ("PBS_O_WORKDIR", "SLURM_SUBMIT_DIR")
 
     def directives(self, job: JobOptions, res: Resources) -> list[str]:
         nodes = f"nodes={res.nodes}:ppn={res.tasks_per_node * res.cpus_per_task}"
@@ -47,7 +54,32 @@ class Pbs(SchedulerSpec):
             d.append("-v " + ",".join(job.copy_environment_variable))
         return [f"{self.directive_prefix} {x}" for x in d]
 
-    def submit_command(self, script: str, res: Resources) -> list[str]:
-        argv = ["qsub", "-o", res.stdout]
-        argv += ["-e", res.stderr] if res.stderr else ["-j", "oe"]
-        return argv + [script]
+    def control(self) -> dict[str, Any]:
+        # Final states come from `qstat -f` (job_state, exit_status); where those are gone
+        # or ambiguous (the wrappers report C for every end, without an exit status), the
+        # scheduler's marks in the output and the job's own last line decide.
+        return {
+            "submit": {"argv": ["qsub", "-o", "{stdout}", "{script}"],
+                       "stderr": ["-e", "{stderr}"], "no_stderr": ["-j", "oe"],
+                       "job_id": r"(?m)^\s*(\d+(\.[\w.-]+)?)\s*\Z"},
+            "queries": [
+                {"argv": ["qstat", "-f", "{job_id}"], "pairs": "lines",
+                 "fields": {"state": "job_state", "exit": "exit_status", "host": "exec_host"}},
+            ],
+            "states": {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "T": "PENDING",
+                       "S": "SUSPENDED", "R": "RUNNING", "E": "RUNNING", "C": "ENDED",
+                       "F": "ENDED"},
+            # Torque's JOB_EXEC_* codes: -1/-2 the start failed, -4..-6 the node's MOM
+            # aborted it, -10 memory, -11 wall time, -12 CPU time; 256+N: killed by signal
+            # N (qdel sends SIGTERM).  PBS has no preempted end: a preempted job is
+            # suspended (S) or queued again (Q).
+            "exit": {"format": "int", "signal_from": 256, "signalled": "CANCELLED",
+                     "codes": {"-1": "BOOT_FAIL", "-2": "BOOT_FAIL", "-4": "NODE_FAIL",
+                               "-5": "NODE_FAIL", "-6": "NODE_FAIL", "-10": "OUT_OF_MEMORY",
+                               "-11": "TIMEOUT", "-12": "TIMEOUT"}},
+            "marks": SLURMSTEPD_MARKS + [["job killed: walltime", "TIMEOUT"],
+                                         ["job killed: mem", "OUT_OF_MEMORY"]],
+            # deleted while queued: C without an exit status or a host, and no output
+            "never_started": {"state": "C", "without": ["exit", "host"]},
+            "cancel": ["qdel", "{job_id}"],
+        }

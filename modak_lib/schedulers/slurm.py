@@ -1,11 +1,18 @@
 """Slurm: ``#SBATCH`` directives, submitted with ``sbatch --parsable``."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..models import JobOptions, Launcher
 from ..validate import slurm_walltime
 from .base import Resources, SchedulerSpec
 
 _MAIL = {"begin": "BEGIN", "end": "END", "fail": "FAIL"}
+
+# what slurmstepd writes into a job's output when it ends the job (also under the PBS
+# wrappers, which run on Slurm)
+SLURMSTEPD_MARKS = [["DUE TO TIME LIMIT", "TIMEOUT"], ["CANCELLED AT", "CANCELLED"],
+                    ["oom-kill", "OUT_OF_MEMORY"], ["Out Of Memory", "OUT_OF_MEMORY"]]
 
 
 class Slurm(SchedulerSpec):
@@ -13,6 +20,7 @@ class Slurm(SchedulerSpec):
     directive_prefix = "#SBATCH"
     launcher = Launcher.srun
     launch_single = True
+    job_id_vars = ("SLURM_JOB_ID",)
 
     def directives(self, job: JobOptions, res: Resources) -> list[str]:
         d = [f"--job-name={job.job_name}", f"--nodes={res.nodes}",
@@ -41,6 +49,38 @@ class Slurm(SchedulerSpec):
             d.append(f"--constraint={job.request_specific_nodes}")
         return [f"{self.directive_prefix} {x}" for x in d]
 
-    def submit_command(self, script: str, res: Resources) -> list[str]:
-        argv = ["sbatch", "--parsable", f"--output={res.stdout}"]
-        return argv + ([f"--error={res.stderr}"] if res.stderr else []) + [script]
+    def control(self) -> dict[str, Any]:
+        # the output files on the command line win over the script's directives (the module
+        # reads what it was told the job writes); the run id rides in the job's comment, so
+        # that a job whose record was lost is found again
+        return {
+            "submit": {"argv": ["sbatch", "--parsable", "--output={stdout}",
+                                "--comment=modak-run={run_id}", "{script}"],
+                       "stderr": ["--error={stderr}"], "job_id": r"^\s*(\d+)(;\S*)?\s*$"},
+            "queries": [
+                {"argv": ["squeue", "-h", "-j", "{job_id}", "-o", "%T|%r"], "split": "|",
+                 "fields": ["state", "reason"], "active_only": True},
+                # sacct where accounting runs; its failure (no accounting) says nothing
+                {"argv": ["sacct", "-n", "-P", "-X", "-j", "{job_id}", "-o", "State,ExitCode"],
+                 "split": "|", "fields": ["state", "exit"], "quiet_failure": True},
+                # else slurmctld's memory of the job (MinJobAge)
+                {"argv": ["scontrol", "-o", "show", "job", "{job_id}"], "pairs": "words",
+                 "fields": {"state": "JobState", "exit": "ExitCode", "reason": "Reason"}},
+            ],
+            "states": {**{s: s for s in ("PENDING", "RUNNING", "COMPLETING", "SUSPENDED",
+                                         "REQUEUED", "COMPLETED", "FAILED", "CANCELLED",
+                                         "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+                                         "BOOT_FAIL", "DEADLINE")},
+                       "CONFIGURING": "PENDING", "REQUEUE_HOLD": "PENDING",
+                       "REQUEUE_FED": "PENDING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING",
+                       "STAGE_OUT": "COMPLETING", "STOPPED": "SUSPENDED",
+                       "SPECIAL_EXIT": "FAILED", "REVOKED": "CANCELLED"},
+            # Slurm says COMPLETING while it cleans up (a container started as the job was
+            # cancelled can take a minute); slurmstepd has already written why it ended it
+            "marked": ["COMPLETING"],
+            "exit": {"format": "code:signal"},
+            "marks": SLURMSTEPD_MARKS,
+            "cancel": ["scancel", "{job_id}"],
+            "find": {"argv": ["squeue", "-h", "-u", "{user}", "-o", "%i|%k"], "split": "|",
+                     "fields": ["job_id", "comment"], "match": {"comment": "modak-run={run_id}"}},
+        }

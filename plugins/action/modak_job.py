@@ -16,6 +16,7 @@ __metaclass__ = type
 
 import time
 
+from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import backend_data
 from ansible_collections.modak.modak.plugins.plugin_utils.modak_progress import (
     Orphaned, ParentWatch, PollingAction, clock, say, warn)
 
@@ -38,7 +39,8 @@ class ActionModule(PollingAction):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        args = dict(self._task.args)
+        args = backend_data("modak_job", dict(self._task.args), "scheduler", "control",
+                            "scheduler")
         state = args.get("state", "submitted")
         if state not in ("ended", "finished"):
             result.update(self._query(args, task_vars))

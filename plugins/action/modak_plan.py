@@ -97,6 +97,16 @@ class ActionModule(ActionBase):
             # (a plan pinned by MODAK 0.2 has no run_name yet: it is JOB_NAME-RUN_ID)
             pinned["plan"].setdefault("run_name", "%s-%s" % (pinned["job_name"],
                                                              pinned["run_id"]))
+            # (nor the backends' data for the front-end: the same backends give it)
+            plan = pinned["plan"]
+            if "job_control" not in plan:
+                from modak_lib.schedulers import SCHEDULERS, scheduler_name
+                plan["job_control"] = SCHEDULERS[scheduler_name(
+                    plan["scheduler"])].job_control()
+            if "builder" not in plan["image"]:
+                from modak_lib.runtimes import RUNTIMES
+                plan["image"]["builder"] = RUNTIMES[plan["runtime"]].builder(
+                    wheelhouse=plan["image"].get("wheelhouse", False))
             pinned.update(changed=False, app_files=shipped, dirs=dirs,
                           msg="reusing the plan of run %s (ask for a new run to plan "
                           "again)" % pinned["run_id"])

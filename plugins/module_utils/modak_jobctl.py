@@ -1,10 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: MODAK developers
 # GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Job control on an HPC front-end: submit, status, cancel for slurm, pbs and local.
+"""Job control on an HPC front-end: submit, status, cancel, find.
 
 Runs on the front-end (old Pythons, no MODAK installed): standard library only.
-Each scheduler is one class with its commands and the parsing of their output.
+A batch scheduler is not written here: its commands, the reading of their output and
+its map of states come as data from its MODAK backend (``modak_lib/schedulers/NAME.py``,
+``control()``, carried by the plan as ``job_control``), and ``Batch`` executes them.
+``Local`` (no scheduler: the script in its own session, its state in files) is the one
+kind of job control that is code here.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -43,10 +47,22 @@ class JobError(Exception):
     pass
 
 
-def run(argv, cwd=None, check=True, env=None):
-    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, universal_newlines=True)
-    out, err = proc.communicate()
+def run(argv, cwd=None, check=True, env=None, stdin=None):
+    try:
+        source = open(stdin) if stdin else None
+    except (IOError, OSError) as exc:
+        raise JobError("cannot read %s: %s" % (stdin, exc))
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=source, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, universal_newlines=True)
+        out, err = proc.communicate()
+    except OSError as exc:  # the command is not there
+        if check:
+            raise JobError("%s: %s" % (argv[0], exc))
+        return 127, "", str(exc)
+    finally:
+        if source:
+            source.close()
     if check and proc.returncode != 0:
         raise JobError("%s failed (%d): %s" % (" ".join(argv), proc.returncode,
                                                (err or out).strip()[-1000:]))
@@ -85,172 +101,174 @@ class Status(object):
 
 
 # ---------------------------------------------------------------------------
-class Slurm(object):
-    name = "slurm"
-
-    def submit(self, workdir, script, stdout, stderr, run_id=None):
-        # the output files on the command line win over the script's directives, so that
-        # the module reads what it was told the job writes; the run id rides in the job's
-        # comment so that a lost record can be found again (find)
-        argv = ["sbatch", "--parsable", "--output=" + stdout]
-        argv += ["--comment=modak-run=" + run_id] if run_id else []
-        argv += ["--error=" + stderr] if stderr else []
-        rc, out, err = run(argv + [script], cwd=workdir)
-        job_id = out.strip().split(";", maxsplit=1)[0]
-        if not job_id.isdigit():
-            raise JobError("sbatch printed no job id: %r" % out)
-        return job_id
-
-    def status(self, workdir, job_id, stdout):
-        rc, out, err = run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], check=False)
-        silent = no_answer("squeue", rc, out, err)
-        if silent:
-            return silent
-        line = out.strip().splitlines()[0] if rc == 0 and out.strip() else ""
-        if line:
-            state, dummy, reason = line.partition("|")
-            if state == "COMPLETING":
-                # the job has ended and Slurm is cleaning up its processes (a container
-                # started when the job was cancelled can take a minute); Slurm says only
-                # COMPLETING until then, but slurmstepd has already written why it killed
-                # the job into its output: a cancel or a time-out is final now, a normal end
-                # waits until its output is complete
-                ended = _end_marks(stdout, None)
-                if ended is not None:
-                    ended.reason = "ended %s; Slurm is still cleaning up its processes" % (
-                        ended.state)
-                    return ended
-            if state in ACTIVE:
-                return Status(state, reason=reason or None)
-        # finished (or finishing): sacct when accounting runs, else scontrol's memory
-        rc, out, err = run(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode"],
-                           check=False)
-        if rc == 0 and out.strip():
-            state, dummy, code = out.strip().splitlines()[0].partition("|")
-            return _slurm_status(state.split()[0], code)
-        rc, out, err = run(["scontrol", "-o", "show", "job", job_id], check=False)
-        silent = no_answer("scontrol", rc, out, err)
-        if silent:
-            return silent
-        ended = self._parse_scontrol(rc, out)
-        if ended is not None:
-            return ended
-        return _from_job_line(stdout, "slurm knows no job %s any more" % job_id)
-
-    @staticmethod
-    def _parse_scontrol(rc, out):
-        if rc == 0 and "JobState=" in out:
-            fields = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
-            return _slurm_status(fields.get("JobState", "UNKNOWN"), fields.get("ExitCode", ""),
-                                 fields.get("Reason"))
-        return None
-
-    def cancel(self, workdir, job_id):
-        run(["scancel", job_id])
-
-    def find(self, run_id):
-        """The id of a job of this user whose comment names the run, or None."""
-        user = pwd.getpwuid(os.getuid()).pw_name
-        rc, out, err = run(["squeue", "-h", "-u", user, "-o", "%i|%k"], check=False)
-        if rc != 0:
-            return None
-        for line in out.splitlines():
-            job_id, dummy, comment = line.strip().partition("|")
-            if comment == "modak-run=" + run_id and job_id.isdigit():
-                return job_id
-        return None
+def _fill(words, values):
+    """argv words with their {placeholders} filled (each word stays one word)."""
+    out = []
+    for word in words:
+        for key, value in values.items():
+            word = word.replace("{%s}" % key, "" if value is None else str(value))
+        out.append(word)
+    return out
 
 
-def _slurm_status(state, code, reason=None):
-    exit_code = None
-    m = re.match(r"(\d+):(\d+)", code or "")
-    if m:
-        exit_code = int(m.group(1)) or (128 + int(m.group(2)) if int(m.group(2)) else 0)
-    state = {"CANCELLED+": "CANCELLED"}.get(state, state.rstrip("+"))
-    if state == "COMPLETED" and exit_code:
-        state = "FAILED"
-    return Status(state, exit_code, None if reason in (None, "None") else reason)
-
-
-def _from_job_line(stdout, missing):
-    rec = job_line(stdout)
-    if rec is None:
-        return Status("FAILED", None, missing + " and its output has no MODAK job line")
-    code = rec.get("exit_code")
-    return Status("COMPLETED" if code == 0 else "FAILED", code)
-
-
-# ---------------------------------------------------------------------------
-class Pbs(object):
-    """PBS/Torque ``qsub``/``qstat``/``qdel``; also Slurm's slurm-wlm-torque wrappers.
-
-    Final states come from ``qstat -f`` (``job_state`` and ``exit_status``); where
-    those are gone or ambiguous (the wrappers report C for every end), the job's own
-    last line (exit code) and the output's scheduler messages decide.
-    """
-    name = "pbs"
-
-    def submit(self, workdir, script, stdout, stderr, run_id=None):
-        argv = ["qsub", "-o", stdout] + (["-e", stderr] if stderr else ["-j", "oe"]) + [script]
-        rc, out, err = run(argv, cwd=workdir)
-        job_id = out.strip().splitlines()[-1].strip() if out.strip() else ""
-        if not job_id or not job_id.split(".", maxsplit=1)[0].isdigit():
-            raise JobError("qsub printed no job id: %r" % out)
-        return job_id
-
-    def status(self, workdir, job_id, stdout):
-        rc, out, err = run(["qstat", "-f", job_id], check=False)
-        silent = no_answer("qstat", rc, out, err)
-        if silent:
-            return silent
-        fields = {}
+def _read_fields(query, out):
+    """The fields a query's output holds, by MODAK's names ({} when it names no job)."""
+    names = query.get("fields") or {}
+    if "split" in query:
+        lines = [ln for ln in out.splitlines() if ln.strip()]
+        if not lines:
+            return {}
+        values = lines[0].strip().split(query["split"])
+        return dict((k, v.strip()) for k, v in zip(names, values) if v.strip())
+    pairs = {}
+    if query.get("pairs") == "words":  # KEY=VALUE KEY=VALUE ...
+        pairs = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
+    else:  # "lines": KEY = VALUE, one per line
         for line in out.splitlines():
             if "=" in line:
-                k, dummy, v = line.partition("=")
-                fields[k.strip()] = v.strip()
-        state = fields.get("job_state")
-        if rc == 0 and state in ("Q", "H", "W", "T"):
-            return Status("PENDING")
-        if rc == 0 and state in ("R", "E"):
-            return Status("RUNNING")
-        code = fields.get("exit_status")
-        if state == "C" and code is None and "exec_host" not in fields and \
-                not output_size(stdout):
-            # never ran (the wrappers report no exit status at all): deleted while queued
+                key, dummy, value = line.partition("=")
+                pairs[key.strip()] = value.strip()
+    return dict((k, pairs[v]) for k, v in names.items() if v in pairs)
+
+
+class Batch(object):
+    """A batch scheduler described by its backend's data (MODAK's ``SchedulerSpec.control``,
+    carried by the plan): submit, status, cancel and find, executed and read generically."""
+
+    def __init__(self, control):
+        self.c = control
+        self.name = control.get("name", "scheduler")
+        extra = control.get("silent")
+        self.silent = re.compile(extra, re.IGNORECASE) if extra else None
+
+    def _no_answer(self, command, rc, out, err):
+        found = no_answer(command, rc, out, err)
+        if found is None and rc != 0 and self.silent and self.silent.search((err or "") + out):
+            found = Status(UNKNOWN, reason="%s: the scheduler did not answer (%s); still "
+                           "waiting" % (command, " ".join((err or out).split())[:200]))
+        return found
+
+    def submit_argv(self, script, stdout, stderr, run_id):
+        sub = self.c["submit"]
+        argv = list(sub["argv"])
+        extra = sub.get("stderr", []) if stderr else sub.get("no_stderr", [])
+        at = argv.index("{script}") if "{script}" in argv else len(argv)
+        argv[at:at] = extra
+        return _fill(argv, {"script": script, "stdout": stdout, "stderr": stderr,
+                            "run_id": run_id or ""})
+
+    def submit(self, workdir, script, stdout, stderr, run_id=None):
+        sub = self.c["submit"]
+        argv = self.submit_argv(script, stdout, stderr, run_id)
+        stdin = None
+        if sub.get("stdin"):
+            stdin = os.path.join(workdir, _fill([sub["stdin"]], {"script": script})[0])
+        rc, out, err = run(argv, cwd=workdir, stdin=stdin)
+        m = re.search(sub["job_id"], out)
+        if not m:
+            raise JobError("%s printed no job id: %r" % (argv[0], out))
+        return m.group(1)
+
+    def status(self, workdir, job_id, stdout):
+        c = self.c
+        fields = None
+        for query in c["queries"]:
+            argv = _fill(query["argv"], {"job_id": job_id})
+            rc, out, err = run(argv, check=False)
+            if rc != 0:
+                silent = self._no_answer(argv[0], rc, out, err)
+                if silent and not query.get("quiet_failure"):
+                    return silent
+                continue
+            found = _read_fields(query, out)
+            native = found.get("state", "").split(" ")[0].rstrip("+")
+            if not native:
+                continue
+            state = c["states"].get(native, "ENDED")
+            if native in c.get("marked", ()):
+                # the scheduler is still cleaning up: its marks in the output settle the end
+                ended = _end_marks(stdout, None, c.get("marks", ()))
+                if ended is not None:
+                    ended.reason = "ended %s; %s is still cleaning up its processes" % (
+                        ended.state, self.name)
+                    return ended
+            if state in ACTIVE or state == UNKNOWN:
+                return Status(state, reason=found.get("reason") or None)
+            if query.get("active_only"):
+                continue
+            fields = dict(found, native=native, state=state)
+            break
+        if fields is None:  # no query knows the job any more: its output says how it ended
+            return _classify_end(stdout, None, c.get("marks", ()),
+                                 "%s knows no job %s any more" % (self.name, job_id))
+        return self._ended(fields, stdout)
+
+    def _ended(self, fields, stdout):
+        c = self.c
+        state, code = fields["state"], None
+        reason = fields.get("reason")
+        reason = None if reason in (None, "None", "(null)") else reason
+        exit_rule = c.get("exit", {})
+        raw = fields.get("exit")
+        if exit_rule.get("format") == "code:signal":
+            m = re.match(r"(\d+):(\d+)", raw or "")
+            if m:
+                code = int(m.group(1)) or (128 + int(m.group(2)) if int(m.group(2)) else 0)
+        elif raw is not None and raw.lstrip("-").isdigit():
+            code = int(raw)
+            by_code = exit_rule.get("codes", {}).get(str(code))
+            if by_code:
+                return Status(by_code, code, reason)
+            if exit_rule.get("signal_from") is not None and code >= exit_rule["signal_from"]:
+                return Status(exit_rule.get("signalled", "FAILED"), code, reason)
+        never = c.get("never_started")
+        if never and fields["native"] == never["state"] and \
+                not any(f in fields for f in never["without"]) and not output_size(stdout):
             return Status("CANCELLED", None, "ended before it started (deleted while queued)")
-        if code is not None and code.lstrip("-").isdigit():
-            code = int(code)
-            if code == -11:
-                return Status("TIMEOUT", code)
-            if code >= 256:  # killed by signal code-256 (qdel sends SIGTERM)
-                return Status("CANCELLED", code)
-        return _classify_end(stdout, code if isinstance(code, int) else None)
+        if state == "ENDED":  # the scheduler does not say how: the output does
+            return _classify_end(stdout, code, c.get("marks", ()))
+        if state == "COMPLETED" and code:
+            state = "FAILED"
+        return Status(state, code, reason)
 
     def cancel(self, workdir, job_id):
-        run(["qdel", job_id])
+        run(_fill(self.c["cancel"], {"job_id": job_id}))
+
+    def find(self, run_id):
+        """The id of a job of this user whose run mark names the run, or None."""
+        find = self.c.get("find")
+        if not find:
+            return None
+        user = pwd.getpwuid(os.getuid()).pw_name
+        rc, out, err = run(_fill(find["argv"], {"user": user}), check=False)
+        if rc != 0:
+            return None
+        match = dict((k, _fill([v], {"run_id": run_id})[0]) for k, v in find["match"].items())
+        for line in out.splitlines():
+            row = dict(zip(find["fields"], [v.strip() for v in line.split(find["split"])]))
+            if row.get("job_id") and all(row.get(k) == v for k, v in match.items()):
+                return row["job_id"]
+        return None
 
 
-def _end_marks(stdout, code):
-    """What slurmstepd wrote into the output when it ended the job (a time limit, a cancel,
-    the OOM killer), or None."""
+def _end_marks(stdout, code, marks):
+    """What the scheduler wrote into the job's output when it ended the job (a time limit,
+    a cancel, the OOM killer): the first of ``marks`` ([text, state]) found, or None."""
     text = ""
     try:
         with open(stdout) as f:
             text = f.read()[-20000:]
     except (IOError, OSError):
         pass
-    if "DUE TO TIME LIMIT" in text:
-        return Status("TIMEOUT", code)
-    if "CANCELLED AT" in text:
-        return Status("CANCELLED", code)
-    if "oom-kill" in text or "Out Of Memory" in text:
-        return Status("OUT_OF_MEMORY", code)
+    for mark, state in marks:
+        if mark in text:
+            return Status(state, code)
     return None
 
 
-def _classify_end(stdout, code):
+def _classify_end(stdout, code, marks, missing=None):
     """A finished job without a trustworthy final state: read what it left."""
-    marked = _end_marks(stdout, code)
+    marked = _end_marks(stdout, code, marks)
     if marked is not None:
         return marked
     rec = job_line(stdout)
@@ -259,7 +277,8 @@ def _classify_end(stdout, code):
         return Status("COMPLETED" if c == 0 else "FAILED", c)
     if code == 0:
         return Status("COMPLETED", 0)
-    return Status("FAILED", code, "the job ended without its MODAK job line "
+    return Status("FAILED", code, "%s and its output has no MODAK job line" % missing
+                  if missing else "the job ended without its MODAK job line "
                   "(killed, cancelled or out of time)")
 
 
@@ -360,11 +379,13 @@ def _oom(stdout):
         return False
 
 
-SCHEDULERS = {"slurm": Slurm, "pbs": Pbs, "local": Local}
-
-
-def scheduler(name):
-    try:
-        return SCHEDULERS[name]()
-    except KeyError:
-        raise JobError("unknown scheduler %r (slurm, pbs, local)" % name)
+def scheduler(control):
+    """The job control a backend's data (``SchedulerSpec.job_control()``) describes."""
+    if not isinstance(control, dict) or not control.get("name"):
+        raise JobError("no job control given: pass the plan's job_control")
+    if control.get("local"):
+        return Local()
+    for key in ("submit", "queries", "states", "cancel"):
+        if key not in control:
+            raise JobError("the job control of %s has no %r" % (control["name"], key))
+    return Batch(control)

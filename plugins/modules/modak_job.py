@@ -12,8 +12,14 @@ module: modak_job
 short_description: Submit, watch and cancel a MODAK training job on an HPC front-end
 version_added: "0.1.0"
 description:
-  - Submits a job script rendered by MODAK to Slurm (C(sbatch)), PBS/Torque (C(qsub)) or
-    runs it in the background without a scheduler (C(local)), and reports its state.
+  - Submits a job script rendered by MODAK to its scheduler (Slurm C(sbatch), PBS/Torque
+    C(qsub), LSF C(bsub), or any scheduler MODAK has a backend for) or runs it in the
+    background without a scheduler (C(local)), and reports its state.
+  - The module knows no scheduler itself. It executes the scheduler backend's job control,
+    data that MODAK's plan carries (O(control)) - the submit, query and cancel commands,
+    how to read their answers and how the native states map to the portable ones. Given
+    only O(scheduler), the action plugin fills O(control) from MODAK's registry on the
+    controller.
   - Submission is idempotent. The job's work directory keeps a record of the run id and the
     script's SHA-256; the same run is never submitted twice, and a changed script under an
     old run id is an error (ask for a new run id instead).
@@ -34,10 +40,16 @@ options:
     type: str
     default: job.sh
   scheduler:
-    description: How the job is run.
+    description:
+      - The scheduler's name (C(slurm), C(pbs) or C(torque), C(lsf), C(local) or C(none)),
+        for messages and for the action plugin to fill O(control).
     type: str
-    choices: [slurm, pbs, local]
     required: true
+  control:
+    description:
+      - The scheduler backend's job control (the plan's C(job_control)).
+      - Filled by the action plugin from O(scheduler) when omitted.
+    type: dict
   run_id:
     description: The run this submission belongs to (MODAK's plan run id).
     type: str
@@ -182,7 +194,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modak.modak.plugins.module_utils.modak_jobctl import (
-    JobError, job_line, output_size, scheduler as get_scheduler)
+    JobError, Local, job_line, output_size, scheduler as get_scheduler)
 
 RECORD = ".modak-job.json"
 
@@ -218,7 +230,8 @@ def main():
         argument_spec=dict(
             workdir=dict(type="path", required=True),
             script=dict(type="str", default="job.sh"),
-            scheduler=dict(type="str", required=True, choices=["slurm", "pbs", "local"]),
+            scheduler=dict(type="str", required=True),
+            control=dict(type="dict"),
             run_id=dict(type="str", required=True),
             state=dict(type="str", default="submitted",
                        choices=["submitted", "ended", "finished", "status", "cancelled"]),
@@ -239,7 +252,10 @@ def main():
                   stderr_path=os.path.join(workdir, p["stderr"]) if p["stderr"] else None)
     if not os.path.isfile(script):
         module.fail_json(msg="job script %s does not exist" % script, **result)
-    sched = get_scheduler(p["scheduler"])
+    try:
+        sched = get_scheduler(p["control"])
+    except JobError as exc:
+        module.fail_json(msg="scheduler %s: %s" % (p["scheduler"], exc), **result)
     digest = sha256(script)
     # one submitter per run at a time: the check, the submission and the record are one step
     # (two deploys of the same run at the same moment submit once)
@@ -277,7 +293,7 @@ def main():
             # a job of this run the scheduler knows (its record was lost): adopt it
             job_id = sched.find(p["run_id"]) if hasattr(sched, "find") else None
             if job_id is None or job_id in lost:
-                if p["scheduler"] == "local":
+                if isinstance(sched, Local):
                     job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
                                           walltime=p["walltime"])
                 else:

@@ -53,3 +53,27 @@ def check_library(plugin):
             "halves must be one release: pip install %s (or install the collection of version "
             "%s)" % (plugin, have, wanted, pin, have))
     return modak_lib
+
+
+def backend_data(plugin, args, name_key, data_key, kind):
+    """``args`` with ``data_key`` filled from MODAK's registry of backends when the task
+    names its backend (``name_key``) without the plan's data: the front-end modules execute
+    a backend's data and know no backend themselves.  ``kind``: scheduler or runtime."""
+    if args.get(data_key) or not args.get(name_key):
+        return args
+    check_library(plugin)
+    if kind == "scheduler":
+        from modak_lib.schedulers import SCHEDULERS, scheduler_name
+        try:
+            data = SCHEDULERS[scheduler_name(args[name_key])].job_control()
+        except ValueError as exc:
+            raise AnsibleActionFail("%s: %s: %s" % (plugin, name_key, exc))
+    else:
+        from modak_lib.runtimes import RUNTIMES
+        runtime = RUNTIMES.get(args[name_key])
+        data = runtime.builder() if runtime is not None else None
+        if data is None:
+            raise AnsibleActionFail("%s: %s: no image builder for runtime %r (one of %s)" % (
+                plugin, name_key, args[name_key],
+                ", ".join(n for n, r in sorted(RUNTIMES.items()) if r.builder())))
+    return dict(args, **{data_key: data})

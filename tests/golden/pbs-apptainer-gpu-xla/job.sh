@@ -8,7 +8,7 @@
 # Chosen: tensorflow-2.1.0-gpu compiler=xla threads=8 alloc=glibc prec=fp32
 # Decided by: prior
 set -uo pipefail
-cd "${SLURM_SUBMIT_DIR:-${PBS_O_WORKDIR:-$PWD}}" || exit 1
+cd "${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}}" || exit 1
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)

@@ -14,7 +14,7 @@
 # Chosen: pytorch-2.13.0-cpu compiler=torch.compile:default threads=4 alloc=glibc prec=fp32
 # Decided by: prior
 set -uo pipefail
-cd "${SLURM_SUBMIT_DIR:-${PBS_O_WORKDIR:-$PWD}}" || exit 1
+cd "${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}}" || exit 1
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)

@@ -14,13 +14,13 @@
 # Chosen: pytorch-2.13.0-cpu compiler=torch.compile:default threads=4 alloc=glibc prec=fp32
 # Decided by: prior
 set -uo pipefail
-cd "${SLURM_SUBMIT_DIR:-${PBS_O_WORKDIR:-$PWD}}" || exit 1
+cd "${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}}" || exit 1
 export MODAK_RUN_ID=test-run
 
 modak_start=$(date +%s.%N)
 # The container runs outside this script's processes: when the scheduler ends the job
 # (cancel, time limit), stop it here, then end by the same signal.
-export MODAK_JOB_TAG="$MODAK_RUN_ID.${SLURM_JOB_ID:-${PBS_JOBID:-$$}}"
+export MODAK_JOB_TAG="$MODAK_RUN_ID.${PBS_JOBID:-${SLURM_JOB_ID:-$$}}"
 # shellcheck disable=SC2329  # called by the traps below
 modak_stop() {
   local -a ids

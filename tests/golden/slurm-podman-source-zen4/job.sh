@@ -14,7 +14,7 @@ export MODAK_RUN_ID=test-run
 modak_start=$(date +%s.%N)
 # The container runs outside this script's processes: when the scheduler ends the job
 # (cancel, time limit), stop it here, then end by the same signal.
-export MODAK_JOB_TAG="$MODAK_RUN_ID.${SLURM_JOB_ID:-${PBS_JOBID:-$$}}"
+export MODAK_JOB_TAG="$MODAK_RUN_ID.${SLURM_JOB_ID:-$$}"
 # shellcheck disable=SC2329  # called by the traps below
 modak_stop() {
   local -a ids

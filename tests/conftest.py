@@ -1,7 +1,9 @@
 """Shared helpers: build requests and plans without files, run rendered scripts safely."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 import os
 import shutil
@@ -86,10 +88,27 @@ def write_json(path: Path, data: Any) -> Path:
     return path
 
 
-def run_modak(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run(["modak", *args], capture_output=True, text=True, cwd=cwd or ROOT,
-                          env=env, timeout=60)
+def run_modak(*args: str, cwd: Path | None = None,
+              separate: bool = False) -> subprocess.CompletedProcess:
+    """``modak ARGS``: in this process (``cli.main``, its output captured, an exception
+    propagating as the failure it is), or as the installed command when ``separate``
+    (what only a process shows: the console script, its exit status, no traceback)."""
+    if separate:
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        return subprocess.run(["modak", *args], capture_output=True, text=True,
+                              cwd=cwd or ROOT, env=env, timeout=60)
+    from modak_lib.cli import main
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd or ROOT)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's own errors
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(["modak", *args], code, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture(autouse=True, scope="session")

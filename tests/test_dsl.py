@@ -98,7 +98,7 @@ def test_errors_name_the_field(changes, path, words):
 
 def test_cli_error_exit_2_without_traceback(tmp_json):
     path = tmp_json(dsl(**{"job.job_options.wall_time_limit": "soon"}))
-    proc = run_modak("plan", str(path))
+    proc = run_modak("plan", str(path), separate=True)  # the installed command itself
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert f"{path}: job.job_options.wall_time_limit: invalid wall time 'soon'" in proc.stderr

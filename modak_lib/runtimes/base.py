@@ -42,7 +42,8 @@ class RuntimeSpec(ABC):
           ``{partial}`` and renamed when complete;
         - ``leftovers`` (optional): what a killed build leaves, found in a JSON listing
           (``argv``, ``where``: {field: value}, ``name_field``, ``name_pattern``,
-          ``created_field``) and removed with ``remove`` + their ids.
+          ``created_field``, ``id_field``) and removed with ``remove`` + their ids; ``what``
+          names them in the message.
         """
         return None
 

@@ -61,5 +61,6 @@ class Podman(RuntimeSpec):
                           "where": {"State": "storage", "Command": ["buildah"]},
                           "name_field": "Names", "name_pattern": r"-working-container(-\d+)?$",
                           "created_field": "Created", "id_field": "Id",
+                          "what": "working container(s) of the builder",
                           "remove": ["podman", "rm", "--force"]},
         }

@@ -427,7 +427,7 @@ def main():
             ids = leftovers(module, env, since, spec)
             if ids:
                 module.run_command(spec["remove"] + ids, environ_update=env)
-                what += " and %d leftover(s) of the builder" % len(ids)
+                what += " and %d %s" % (len(ids), spec.get("what", "leftover(s) of the builder"))
         result["cleaned"] = "a killed build of %s was found: removed %s, building again" % (
             p["image"], what)
         return True

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from modak_lib.model import _label, is_stock  # noqa: E402
+from modak_lib.perf.evaluate import is_stock, label as _label  # noqa: E402
 from modak_lib.report import table_lines  # noqa: E402
 from modak_lib.results import SHIPPED, ResultsStore  # noqa: E402
 

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from modak_lib.catalogue import load_catalogue  # noqa: E402
-from modak_lib.predict import load_predictor  # noqa: E402
+from modak_lib.perf.predictor import load_predictor  # noqa: E402
 from modak_lib.pipeline import make_plan, option_environment  # noqa: E402
 from modak_lib.readers import read_request  # noqa: E402
 from modak_lib.report import table_lines  # noqa: E402

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from modak_lib import model as mm  # noqa: E402
+from modak_lib.perf import fit as mm  # noqa: E402
 from modak_lib.pipeline import make_plan  # noqa: E402
 from modak_lib.readers.dsl import read_dsl  # noqa: E402
 from modak_lib.report import table_lines  # noqa: E402
@@ -182,7 +182,7 @@ def main() -> int:
             trial_s = time.perf_counter() - t0
             # 2. the plan
             frame = load_frame(store)
-            predictor = mm.ModelPredictor(mm.fit(frame, estimators=("linear", "linear-main")),
+            predictor = mm.model_predictor(mm.fit(frame, estimators=("linear", "linear-main")),
                                           frame)
             plan = make_plan(req, predictor=predictor, run_id="bench").plan
             chosen = {k: v for k, v in plan.environment.items() if k.startswith(

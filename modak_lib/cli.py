@@ -3,6 +3,7 @@
     modak init [DIR]                  a blueprint, its script and an inventory to start from
     modak plan REQUEST [--infra FILE] [--inputs FILE] [--out DIR [--new-run]] [--json]
     modak model fit|eval|predict|plot [--json]
+    modak probe [--infra FILE]        measure this host's GFLOP/s and bandwidth for the model
     modak tosca-types [--json]        the installed TOSCA types' path
     modak schema [--only NAME]
 
@@ -92,6 +93,14 @@ def _parser() -> argparse.ArgumentParser:
             m.add_argument("--estimator", help="default: the saved model's (else linear)")
         if name != "plot":
             m.add_argument("--json", action="store_true", help="print the data as JSON")
+
+    probe = sub.add_parser("probe", help="measure this host's GFLOP/s (fp32, bf16) and "
+                           "memory bandwidth (about 10 s) for the performance model, and "
+                           "remember them for the target of --infra")
+    probe.add_argument("--infra", help="the target the figures belong to (default: this host "
+                       "as a local target)")
+    probe.add_argument("--seconds", type=float, default=8.0, help="the probe's budget")
+    probe.add_argument("--json", action="store_true", help="print the probe's record")
 
     types = sub.add_parser("tosca-types", help="print the path of MODAK's TOSCA types (copy "
                            "them beside a blueprint and import them by name)")
@@ -195,64 +204,59 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _predictor(choice: str, args: Optional[argparse.Namespace] = None):
     """The planner's predictor for ``--model`` (see :func:`predict.load_predictor`)."""
-    from .predict import load_predictor
+    from .perf.predictor import load_predictor
     return load_predictor(choice, say=(lambda text: _say(args, text)) if args else None)
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from . import model as m
+    from .perf import evaluate as ev, fit as pf
     from .report import table_lines
     from .results import ResultsStore, load_frame
 
-    path = Path(args.model_file) if args.model_file else m.default_path()
+    path = Path(args.model_file) if args.model_file else pf.default_path()
     store = ResultsStore(args.store)
     if args.model_command == "fit":
-        fitted = m.fit(load_frame(store))
+        fitted = pf.fit(load_frame(store))
         fitted.save(path)
-        meta = fitted.meta
+        card = fitted.card
         if args.json:
-            return _print_json({"path": str(path), **{k: meta.get(k) for k in (
-                "model_id", "estimator", "rows", "configurations", "held_out_mape")}})
+            return _print_json({"path": str(path), **card.model_dump(
+                include={"model_id", "estimator", "rows", "configurations", "families",
+                         "targets", "held_out_by", "held_out_mape"})})
         if args.quiet:
             print(path)
             return 0
-        print(f"fitted {meta['model_id']} on {meta['rows']} measurements of "
-              f"{meta['configurations']} configurations; saved {path}")
-        rows = [[k, f"{v:.1%}", "kept" if k == meta["estimator"] else ""]
-                for k, v in meta["held_out_mape"].items()]
-        print("\n".join(table_lines(rows, ["estimator", "held-out MAPE", ""])))
+        print(f"fitted {card.model_id} on {card.rows} measurements of {card.configurations} "
+              f"configurations ({len(card.families)} workload families, {len(card.targets)} "
+              f"targets); saved {path}")
+        rows = [[k, f"{v:.1%}", "kept" if k == card.estimator else ""]
+                for k, v in card.held_out_mape.items()]
+        print("\n".join(table_lines(rows, ["estimator", f"MAPE ({card.held_out_by} held out)",
+                                           ""])))
         return 0
     if args.model_command in ("eval", "plot"):
         if not args.estimator:
-            args.estimator = m.load(path).name if path.exists() else "linear"
-        result = m.evaluate(load_frame(store), args.estimator)
+            args.estimator = pf.load(path, say=lambda t: _say(args, t),
+                                     store_path=args.store).name \
+                if path.exists() else "linear"
+        result = ev.evaluate(load_frame(store), args.estimator,
+                             compare=args.model_command == "eval")
         if args.model_command == "plot":
-            print(f"wrote {m.plot(result, Path(args.out))}")
+            print(f"wrote {ev.plot(result, Path(args.out))}")
             return 0
         if args.json:  # the per-configuration frame as rows, NaN as null (valid JSON)
-            rows = [{k: m._plain(v) for k, v in row.items()}
+            rows = [{k: pf._plain(v) for k, v in row.items()}
                     for row in result["configurations"].to_dict("records")]
-            return _print_json({"estimator": args.estimator, **result, "configurations": rows})
-        print(f"estimator {args.estimator}: held-out MAPE per workload "
-              "(LOCO: configuration left out; LOWO: whole workload left out)")
-        rows = [[r["workload"], str(r["configurations"]), f"{r['mape_loco']:.1%}",
-                 f"{r['mape_lowo']:.1%}"] for r in result["per_workload"]]
-        print("\n".join(table_lines(rows, ["workload", "configs", "LOCO MAPE", "LOWO MAPE"])))
-        print("\ndecisions (the model's LOCO choice vs the best measured configuration)")
-        rows = [[d["workload"], d["framework"], d["target"], d["chosen"], d["best"],
-                 f"{d['regret']:.1%}", f"{d['speedup_vs_stock']:.2f}x"]
-                for d in result["decisions"]]
-        print("\n".join(table_lines(rows, ["workload", "framework", "target", "chosen",
-                                           "best measured", "regret", "vs stock"])))
-        print("\nestimators (LOCO MAPE over all measurements)")
-        rows = [[k, f"{v:.1%}"] for k, v in result["estimators"].items()]
-        print("\n".join(table_lines(rows, ["estimator", "MAPE"])))
+            return _print_json({**result, "configurations": rows})
+        for line in eval_lines(result, table_lines):
+            print(line)
         return 0
     # predict
     from .pipeline import make_plan
     from .readers import read_request
     request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs))
-    predictor = m.ModelPredictor(m.load(path), m.training_frame(load_frame(store)))
+    predictor = pf.model_predictor(pf.load(path, say=lambda t: _say(args, t),
+                                           store_path=args.store), load_frame(store))
     plan = make_plan(request, predictor=predictor).plan
     if args.json:
         return _print_json({"candidates": [
@@ -267,6 +271,59 @@ def cmd_model(args: argparse.Namespace) -> int:
                                        "source"])))
     for note in plan.notes:
         print(f"note: {note}")
+    return 0
+
+
+def eval_lines(result: dict, table_lines) -> list[str]:
+    """``modak model eval`` as tables: per workload family, per target, overall."""
+    def pct(v: float) -> str:
+        return "-" if v != v else f"{v:.1%}"
+
+    def times(v: float) -> str:
+        return "-" if v != v else f"{v:.2f}x"
+
+    out = [f"estimator {result['estimator']}, {result['rows']} measurements; MAPE on medians "
+           "of repeats with a configuration (LOCO), a workload family (LOWO) or a target "
+           "(LOTO) held out of the fit; regret of the held-out model's choice against the "
+           "best measured configuration; its worst speed-up over stock", ""]
+    head = ["configs", "LOCO MAPE", "LOWO MAPE", "LOTO MAPE", "LOWO regret", "LOTO regret",
+            "LOWO worst vs stock"]
+    for by, title in (("workload", "family"), ("target", "target")):
+        key = "per_family" if by == "workload" else "per_target"
+        rows = [[r[by], str(r["configurations"]), pct(r["mape_loco"]), pct(r["mape_lowo"]),
+                 pct(r["mape_loto"]), pct(r["regret_lowo"]), pct(r["regret_loto"]),
+                 times(r["worst_vs_stock_lowo"])] for r in result[key]]
+        out += table_lines(rows, [title] + head) + [""]
+    rows = [[how.upper(), pct(o["mape"]), pct(o["median_regret"]), times(o["worst_vs_stock"]),
+             str(o["decisions"])] for how, o in result["overall"].items()]
+    out += table_lines(rows, ["held out", "MAPE", "median regret", "worst vs stock",
+                              "decisions"])
+    if result.get("estimators"):
+        out.append("")
+        rows = [[name, *(pct(v.get(how, float("nan"))) for how in ("loco", "lowo", "loto"))]
+                for name, v in result["estimators"].items()]
+        out += table_lines(rows, ["estimator", "LOCO MAPE", "LOWO MAPE", "LOTO MAPE"])
+    return out
+
+
+def cmd_probe(args: argparse.Namespace) -> int:
+    """Measure this host and remember the figures for the target of ``--infra``."""
+    from .models import Target
+    from .perf.probe import remember, run_here
+    from .readers import read_infra
+    from .readers.infra import resolve_host_values
+
+    target = read_infra(args.infra) if args.infra else Target(**resolve_host_values(
+        {"name": "local", "microarchitecture": "host", "cores_per_node": "host"}))
+    rec = run_here(seconds=max(1.0, min(60.0, args.seconds)))
+    path = remember(target, rec)
+    if args.json:
+        return _print_json({**rec, "cache": str(path), "target": target.name})
+    if not args.quiet:
+        print(f"{target.name}: fp32 {rec['gflops_fp32']} GFLOP/s, bf16 "
+              f"{rec['gflops_bf16'] or '-'} GFLOP/s, memory {rec['bandwidth_gbs']} GB/s "
+              f"({rec['threads']} threads, {rec['library']}, {rec['seconds']} s); "
+              f"remembered in {path}")
     return 0
 
 
@@ -337,7 +394,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"plan": cmd_plan, "schema": cmd_schema, "model": cmd_model,
-                "tosca-types": cmd_tosca_types, "init": cmd_init}[args.command](args)
+                "probe": cmd_probe, "tosca-types": cmd_tosca_types,
+                "init": cmd_init}[args.command](args)
     except InputError as exc:
         for line in exc.format().splitlines():
             print(f"modak: error: {line}", file=sys.stderr)

@@ -118,8 +118,13 @@ class Target(Strict):
     image_dir: SafePath = Field("modak-images", description="where images live on the front-end")
     max_build_hours: float = Field(1.0, gt=0, description="longest image build MODAK may start "
                                    "on the front-end (a framework source build takes hours)")
-    peak_gflops: Optional[float] = Field(None, gt=0)
-    memory_bandwidth_gbs: Optional[float] = Field(None, gt=0)
+    peak_gflops: Optional[float] = Field(None, gt=0, description="fp32 matrix GFLOP/s of a "
+                                         "node, as `modak probe` measures it")
+    peak_gflops_bf16: Optional[float] = Field(None, gt=0, description="bf16 matrix GFLOP/s "
+                                              "(about 4x fp32 with native bf16, far less "
+                                              "without)")
+    memory_bandwidth_gbs: Optional[float] = Field(None, gt=0, description="memory bandwidth "
+                                                  "of a node, GB/s")
 
 
 # ---------------------------------------------------------------------------
@@ -145,6 +150,9 @@ class Application(Strict):
     mpi_ranks: Count(1_000_000) = 1
     threads: Optional[Count(4096)] = None
     batch_size: Optional[Count(10_000_000)] = None
+    steps: Optional[Count(10_000_000_000)] = Field(
+        None, description="optimizer steps the job will run, if known: a compiler's warm-up "
+        "is weighed against them (default: as many as the wall time holds)")
     build: Optional[Build] = None
     user_image: Optional[str] = Field(
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}$",
@@ -294,6 +302,11 @@ class Prediction(Strict):
     source: str = Field(description="what made the prediction (model id, measurements)")
     measured: bool = Field(False, description="the median of this configuration's own runs "
                            "(not a model's estimate)")
+    warmup_s: Optional[float] = Field(None, description="measured: the warm-up's excess "
+                                      "(compilation), paid once per job")
+    loss: Optional[float] = Field(None, description="measured: the median loss its runs "
+                                  "ended with (compared with stock's after the same steps)")
+    steps: Optional[int] = Field(None, description="measured: the steps its runs made")
 
 
 class Candidate(Strict):

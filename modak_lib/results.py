@@ -41,11 +41,14 @@ def default_path() -> Path:
 def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = None,
                  repeat: Optional[int] = None, image: Optional[str] = None,
                  target: Optional[str] = None, accelerator: Optional[str] = None,
-                 microarchitecture: Optional[str] = None, cores: Optional[int] = None) -> dict:
+                 microarchitecture: Optional[str] = None, cores: Optional[int] = None,
+                 probe: Optional[dict[str, Any]] = None) -> dict:
     """One store row from a figure-of-merit record printed by the runtime (``modak_runtime``).
 
     ``microarchitecture`` and ``cores`` name the target as the planner knew it (a run inside
     a container may not see them); they replace what the run reported of its host.
+    ``probe``: the target's probe record (``modak_runtime.probe``), whose figures the
+    performance model describes the target by.
     """
     try:
         row = record.flatten(rec)
@@ -65,6 +68,9 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
         row["cores"] = cores
     if row["threads"] is None:
         row["threads"] = row["cores"]
+    for key in ("gflops_fp32", "gflops_bf16", "bandwidth_gbs"):
+        value = (probe or {}).get(key)
+        row[key] = float(value) if value else None
     return row
 
 

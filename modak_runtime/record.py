@@ -121,7 +121,11 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "failed_knob": ("TEXT", "error.knob"), "error": ("TEXT", "error.message"),
     "image": ("TEXT", None), "target": ("TEXT", None), "cpu_model": ("TEXT", "host.cpu_model"),
     "microarchitecture": ("TEXT", "host.microarchitecture"), "cores": ("INTEGER", "host.cores"),
-    "accelerator": ("TEXT", None), "steps": ("INTEGER", "metrics.steps"),
+    "accelerator": ("TEXT", None),
+    # the target's measured figures (its probe: modak_runtime.probe), filled by the recorder
+    "gflops_fp32": ("REAL", None), "gflops_bf16": ("REAL", None),
+    "bandwidth_gbs": ("REAL", None),
+    "steps": ("INTEGER", "metrics.steps"),
     "s_per_step": ("REAL", "metrics.s_per_step"), "steps_per_s": ("REAL", "metrics.steps_per_s"),
     "samples_per_s": ("REAL", "metrics.samples_per_s"), "compile_s": ("REAL", "metrics.warmup_s"),
     "peak_rss_mb": ("REAL", "metrics.peak_rss_mb"), "final_loss": ("REAL", "metrics.final_loss"),

@@ -117,6 +117,7 @@ def _isolated_store_and_model(tmp_path_factory):
     d = tmp_path_factory.mktemp("modak-data")
     os.environ["MODAK_RESULTS"] = str(d / "results.sqlite")
     os.environ["MODAK_MODEL"] = str(d / "model.joblib")
+    os.environ["MODAK_PROBES"] = str(d / "probes.json")
     yield
 
 
@@ -125,7 +126,7 @@ def fitted_model(tmp_path_factory) -> Path:
     """One model fitted on the shipped dataset, for the tests that only plan with it (a test
     of the closed loop fits its own): copy it, never write to it."""
     path = tmp_path_factory.mktemp("fitted") / "model.joblib"
-    from modak_lib.model import fit_if_possible
+    from modak_lib.perf.fit import fit_if_possible
     assert fit_if_possible(path), "no model could be fitted on the shipped dataset"
     return path
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from conftest import ROOT, request
 
-from modak_lib import model as m
+from modak_lib.perf import evaluate as ev, features as F, fit as m
 from modak_lib.models import Allocator, Configuration, Precision
 from modak_lib.pipeline import make_plan
 from modak_lib.results import COLUMNS, ResultsStore, StoreError, load_frame
@@ -22,10 +22,13 @@ PREC = {"fp32": 0.0, "bf16": -0.4}
 # fingerprints as the runtime measures them (the shipped dataset's values)
 WORKLOADS = {
     "mnist-cnn": {"params": 1_199_882, "flops": 9_160_359_936.0, "batch": 128, "size": 28,
-                  "fingerprint": "fp-18239cf90f51"},
+                  "fingerprint": "fp-18239cf90f51", "conv": 0.9, "linear": 0.1},
     "resnet18": {"params": 11_689_512, "flops": 13_966_245_968.0, "batch": 16, "size": 64,
-                 "fingerprint": "fp-b0d4670b42d0"},
+                 "fingerprint": "fp-b0d4670b42d0", "conv": 0.99, "linear": 0.01},
 }
+# a target as its probe describes it
+FIGURES = {"gflops_fp32": 100.0, "gflops_bf16": 400.0, "bandwidth_gbs": 30.0}
+TARGET_FIGURES = {"peak_gflops": 100.0, "peak_gflops_bf16": 400.0, "memory_bandwidth_gbs": 30.0}
 
 
 def truth(workload, compiler, threads, allocator, precision):
@@ -59,6 +62,8 @@ def row(w, comp, threads, alloc, prec, s, rep=0, micro="zen4", cores=2):
         "compiler": comp, "threads": threads, "allocator": alloc, "precision": prec,
         "channels_last": 0, "onednn": 1, "image": "host", "microarchitecture": micro,
         "cores": cores, "cpu_model": "test cpu", "s_per_step": s, "steps_per_s": 1 / s,
+        "flops_conv": WORKLOADS[w].get("conv", 0.0), "flops_linear": WORKLOADS[w].get("linear", 0.0),
+        "flops_attention": 0.0, "flops_recurrent": 0.0, "flops_norm": 0.0, **FIGURES,
         "raw": json.dumps({"host": {"cpu_features": ["avx512_bf16"]}})}
 
 
@@ -80,16 +85,17 @@ def test_model_artefact_is_versioned(tmp_path):
     path = tmp_path / "model.joblib"
     fitted.save(path)
     meta = json.loads(path.with_suffix(".json").read_text())
-    assert meta["features"] == m.CATEGORICAL + m.NUMERIC
+    assert meta["features"] == F.CATEGORICAL + F.NUMERIC
+    assert meta["feature_version"] == F.FEATURE_VERSION
     assert meta["versions"]["scikit-learn"] and len(meta["data_fingerprint"]) == 16
-    assert "linear" in meta["held_out_mape"]
+    assert "linear" in meta["held_out_mape"] and meta["families"] == ["mnist-cnn", "resnet18"]
     assert m.load(path).meta == meta
     import joblib
     blob = joblib.load(path)
     blob["meta"]["versions"]["scikit-learn"] = "0.1"
     joblib.dump(blob, path)
     with pytest.raises(m.ModelError, match="fitted with scikit-learn 0.1, this is"):
-        m.load(path)
+        m.load(path, refit=False)
     path.write_text("not a model")
     with pytest.raises(m.ModelError, match="not a MODAK model"):
         m.load(path)
@@ -138,14 +144,14 @@ def test_concurrent_appends_lose_no_row(tmp_path):
 # the planner with the model
 def predictor_for(df):
     fitted = m.fit(df, estimators=("linear",))
-    return m.ModelPredictor(fitted, m.training_frame(df))
+    return m.model_predictor(fitted, df)
 
 
 def mnist_request(**target):
     return request(application={"model": "mnist-cnn", "batch_size": 128},
                    optimisation={"compilers": ["torch.compile"], "allow_reduced_precision": True},
                    target={"microarchitecture": "zen4", "cores_per_node": 2,
-                           "cpu_features": ["avx512_bf16"], **target})
+                           "cpu_features": ["avx512_bf16"], **TARGET_FIGURES, **target})
 
 
 def test_never_chooses_a_configuration_measured_slower_than_stock():
@@ -168,15 +174,35 @@ def test_never_chooses_a_configuration_measured_slower_than_stock():
     assert compiled and all("predicted" in x.reason for x in compiled)
 
 
-def test_cold_start_falls_back_to_the_prior():
+def test_a_workload_never_run_falls_back_to_the_prior():
     df = synthetic(workloads=("resnet18",))
     result = make_plan(mnist_request(), predictor=predictor_for(df), run_id="t")
     assert result.plan.decided_by == "prior"
     assert any(n.startswith("no measurement of workload 'mnist-cnn' yet")
                for n in result.plan.notes), result.plan.notes
-    other_target = make_plan(mnist_request(microarchitecture="skylake_avx512"),
-                             predictor=predictor_for(synthetic()), run_id="t")
-    assert other_target.plan.decided_by == "prior"
+
+
+def test_a_target_never_measured_is_predicted_from_its_figures():
+    """The model speaks for a known workload on a target it never measured, from the
+    target's figures, with the wider interval of held-out families; without figures it
+    says what it lacks and the prior decides."""
+    predictor = predictor_for(synthetic(noise=0.02))
+    other = make_plan(mnist_request(microarchitecture="skylake_avx512", cores_per_node=4),
+                      predictor=predictor, run_id="t").plan
+    assert other.decided_by == "model"
+    assert any("was not measured on skylake_avx512 with 4 cores" in n for n in other.notes)
+    assert all(c.prediction and not c.prediction.measured for c in other.candidates)
+    here = make_plan(mnist_request(), predictor=predictor, run_id="t").plan
+    assert here.candidates[0].prediction.measured
+    # (the unseen target's interval is the held-out families' error, wider than LOCO's)
+    card = predictor.meta
+    p = other.candidates[0].prediction
+    assert p.high / p.low == pytest.approx(math.exp(2 * 1.645 * card["sigma_log_unseen"]))
+    blank = make_plan(mnist_request(microarchitecture="zen3", peak_gflops=None,
+                                    peak_gflops_bf16=None, memory_bandwidth_gbs=None),
+                      predictor=predictor, run_id="t").plan
+    assert blank.decided_by == "prior"
+    assert any("measured GFLOP/s and bandwidth (run `modak probe`)" in n for n in blank.notes)
 
 
 def test_unmeasured_configurations_get_model_predictions_with_intervals():
@@ -218,7 +244,7 @@ def test_closed_loop_a_run_moves_the_next_prediction(tmp_path):
     # the runtime measured the same workload the dataset knows (its fingerprint)
     assert rec["fingerprint"]["id"] == WORKLOADS["mnist-cnn"]["fingerprint"]
     rec["config"]["allocator"] = cfg.allocator.value  # the store keys the run by the plan
-    measured_row = row_from_fom(rec, source="deploy", run_id="a")
+    measured_row = row_from_fom(rec, source="deploy", run_id="a", probe=FIGURES)
     measured_row["microarchitecture"], measured_row["cores"] = "x86_64_v4", 2
     measured_row["batch_size"] = 128
     for _ in range(3):
@@ -232,7 +258,7 @@ def test_closed_loop_a_run_moves_the_next_prediction(tmp_path):
 
 def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
     """The planner's fast path (no scikit-learn) predicts what the fitted pipeline does."""
-    from modak_lib.predict import FastPredictor, LinearFormula
+    from modak_lib.perf.predictor import FastPredictor, LinearFormula
     for estimators in (("linear",), ("linear-main",)):
         fitted = m.fit(synthetic(noise=0.05, seed=3), estimators=estimators)
         formula = LinearFormula(fitted.meta["light"]["formula"])
@@ -243,7 +269,7 @@ def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
     path = tmp_path / "model.joblib"
     fitted.save(path)
     fast = FastPredictor.load(path)
-    slow = m.ModelPredictor(fitted, m.training_frame(synthetic(noise=0.05, seed=3)))
+    slow = m.model_predictor(fitted, synthetic(noise=0.05, seed=3))
     req = mnist_request()
     plan_fast = make_plan(req, predictor=fast, run_id="t").plan
     plan_slow = make_plan(req, predictor=slow, run_id="t").plan
@@ -255,7 +281,7 @@ def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
 
 def test_a_model_saved_by_another_modak_is_refitted_when_auto(tmp_path, monkeypatch):
     from modak_lib import __version__
-    from modak_lib.predict import load_predictor
+    from modak_lib.perf.predictor import load_predictor
     from modak_lib.errors import ModakError
     path = tmp_path / "model.joblib"
     monkeypatch.setenv("MODAK_MODEL", str(path))
@@ -277,7 +303,7 @@ def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
     The unmeasured bf16 + tcmalloc must be predicted from that workload's own effects
     (stock x bf16 ratio x tcmalloc ratio), so the plan keeps tcmalloc alone."""
     WORKLOADS["tiny"] = {"params": 107_547, "flops": 7.2e8, "batch": 16, "size": None,
-                         "fingerprint": "fp-tiny"}
+                         "fingerprint": "fp-tiny", "linear": 0.7}
     try:
         df = synthetic(noise=0.01)
         df["microarchitecture"] = "zen4"
@@ -307,8 +333,35 @@ def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
 
 def test_the_plot_writes_a_png_of_the_held_out_predictions(tmp_path):
     pytest.importorskip("matplotlib")
-    from modak_lib import model as m
     from modak_lib.results import ResultsStore, load_frame
-    result = m.evaluate(load_frame(ResultsStore(tmp_path / "empty.sqlite")), "linear")
-    path = m.plot(result, tmp_path / "model.png")
+    result = ev.evaluate(load_frame(ResultsStore(tmp_path / "empty.sqlite")), "linear",
+                         compare=False)
+    path = ev.plot(result, tmp_path / "model.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20000
+
+
+def test_a_model_file_of_an_older_modak_is_refitted_not_an_error(tmp_path, monkeypatch):
+    """MODAK 0.2 saved its model with classes of a module that is gone (modak_lib.model):
+    loading it refits from the data and saves the new model in its place."""
+    import sys
+    import types
+
+    import joblib
+
+    old = types.ModuleType("modak_lib.model")
+
+    class FloorScaler:  # as MODAK 0.2 pickled it
+        pass
+    FloorScaler.__module__, FloorScaler.__qualname__ = "modak_lib.model", "FloorScaler"
+    old.FloorScaler = FloorScaler
+    monkeypatch.setitem(sys.modules, "modak_lib.model", old)
+    path = tmp_path / "model.joblib"
+    joblib.dump({"estimator": FloorScaler(), "name": "linear", "meta": {}}, path)
+    monkeypatch.delitem(sys.modules, "modak_lib.model")
+    with pytest.raises(m.ModelError, match="saved by another MODAK"):
+        m.load(path, refit=False)
+    said = []
+    model = m.load(path, say=said.append, store_path=tmp_path / "none.sqlite")
+    assert said and "refitting it" in said[0]
+    assert model.card.feature_version == F.FEATURE_VERSION
+    assert m.load(path, refit=False).card.model_id == model.card.model_id  # saved in place

@@ -217,8 +217,8 @@ def test_json_from_every_command_that_prints_data(capsys):
     code, out, _ = _main(capsys, "model", "eval", "--json", "--estimator", "linear")
     assert code == 0
     data = json.loads(out)
-    assert {"per_workload", "decisions", "estimators"} <= set(data)
-    assert all(0 <= w["mape_loco"] < 10 for w in data["per_workload"])
+    assert {"per_family", "per_target", "overall", "decisions", "estimators"} <= set(data)
+    assert all(0 <= w["mape_loco"] < 10 for w in data["per_family"])
 
 
 def test_the_same_request_planned_again_into_its_folder_is_the_same_run(tmp_path, capsys):

@@ -211,10 +211,10 @@ def test_a_compile_failure_names_the_knob_and_is_never_offered_again(tmp_path):
     (failed,) = [r for r in store.rows() if r["status"] == "failed"]
     assert failed["failed_knob"] == "compiler" and failed["s_per_step"] is None
 
-    from modak_lib import model as m
+    from modak_lib.perf import fit as m
     from modak_lib.pipeline import make_plan
     frame = load_frame(store, include_shipped=True)
-    predictor = m.ModelPredictor(m.fit(frame, estimators=("linear",)), frame)
+    predictor = m.model_predictor(m.fit(frame, estimators=("linear",)), frame)
     plan = make_plan(req, predictor=predictor, run_id="t").plan
     offered = [c.configuration for c in plan.candidates]
     assert offered and all(c.compiler is None or c.precision.value != "fp32" or c.threads != 2

@@ -45,7 +45,7 @@ class ActionModule(ActionBase):
             required_one_of=[("request", "nodes")])
         check_library("modak_plan")
         try:
-            from modak_lib.predict import load_predictor
+            from modak_lib.perf.predictor import load_predictor
             from modak_lib.errors import ModakError
             from modak_lib.files import write_atomic
             from modak_lib.models import Configuration

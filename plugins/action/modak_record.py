@@ -54,11 +54,16 @@ class ActionModule(ActionBase):
         store = ResultsStore(args["store"])
         try:
             seen = store.raws_of_run(plan["run_id"])
+            # the target's measured figures (its infrastructure file's, else its probe's):
+            # what the performance model describes the target by
+            from modak_lib.models import Target
+            from modak_lib.perf.probe import target_figures
+            figures = target_figures(Target(**target))
             rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
                                  image=plan["image"]["variant"], target=target["name"],
                                  accelerator=acc.get("model") or acc.get("vendor"),
                                  microarchitecture=target.get("microarchitecture"),
-                                 cores=target.get("cores_per_node"))
+                                 cores=target.get("cores_per_node"), probe=figures)
                     for rec in records]
             new = [r for r in rows if r["raw"] not in seen]
             if not self._play_context.check_mode:
@@ -68,7 +73,7 @@ class ActionModule(ActionBase):
         refit = None
         if args["refit"] and new and not self._play_context.check_mode:
             try:  # the closed loop: the next plan learns from this run
-                from modak_lib.model import QUICK_ESTIMATORS, ModelError, default_path, fit
+                from modak_lib.perf.fit import QUICK_ESTIMATORS, ModelError, default_path, fit
                 from modak_lib.results import load_frame
                 model = fit(load_frame(store), estimators=QUICK_ESTIMATORS)
                 model.save(default_path())

@@ -1,9 +1,16 @@
-"""Fast predictions for the planner: a fitted linear model as plain arithmetic.
+"""The planner's predictor: a fitted model answered fast, with the standard library only.
 
 ``modak plan`` must stay fast, and loading scikit-learn and pandas costs over a second.
 A fitted linear model (one-hot + scaling [+ pairwise interactions] + ridge) is exported into
-the model's JSON sidecar together with the measured medians, and evaluated here with the
-standard library only.  ``tests/test_model.py`` checks it agrees with scikit-learn.
+the model card (its JSON sidecar) with the measured medians, and evaluated here on the
+same features (:mod:`.features`).  ``tests/test_model.py`` checks it agrees with
+scikit-learn.
+
+The model speaks for any workload whose fingerprint is known (it ran once, or a trial
+measured it) on any target whose figures are known (``modak probe``, or the infrastructure
+file's ``peak_gflops``/``peak_gflops_bf16``/``memory_bandwidth_gbs``); a configuration
+measured on the same target is answered by its measured median.  Otherwise it says what is
+missing, and the planner's prior and the budgeted trials settle the choice.
 """
 from __future__ import annotations
 
@@ -12,19 +19,16 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from . import __version__
-from .errors import ModakError
-from .models import Configuration, JobRequest, Prediction
-from .workload import key as workload_key, label as workload_label
+from .. import __version__
+from ..errors import ModakError
+from ..models import Configuration, JobRequest, Prediction
+from ..workload import key as workload_key, label as workload_label
+from . import features as F
+from .probe import target_figures
 
-MIN_CONFIGS = 3        # measured configurations of a workload on a target before the model speaks
 Z90 = 1.645            # two-sided 90% interval in log space
-CATEGORICAL = ["fingerprint", "framework", "compiler", "allocator", "precision", "channels_last",
-               "onednn", "microarchitecture", "accelerator", "bf16_native"]
-NUMERIC = ["log_params", "log_flops", "log_batch", "log_threads", "log_cores"]
-CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
+CONFIG_KEYS = F.CONFIG_KEYS
 MATCH_KEYS = CONFIG_KEYS + ["framework", "batch_size"]
-BF16_FLAGS = {"avx512_bf16", "amx_bf16", "bf16"}
 # a knob (as the runtime names it) -> is it switched on in a configuration row?
 KNOB_ON = {"compiler": lambda r: r["compiler"] != "off",
            "precision": lambda r: r["precision"] != "fp32",
@@ -40,13 +44,15 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
                    catalogue=None, workload: Optional[dict[str, Any]] = None
                    ) -> list[dict[str, Any]]:
     """Store-shaped rows describing each candidate configuration of ``request``; the
-    workload's columns come from its measured fingerprint (``workload``), when known."""
-    from .catalogue import load_catalogue
+    workload's columns come from its measured fingerprint (``workload``), when known, the
+    target's from its figures."""
+    from ..catalogue import load_catalogue
 
     cat = catalogue or load_catalogue()
     app, target = request.application, request.target
     w = workload or {}
     acc = target.accelerators
+    figures = target_figures(target)
     rows = []
     for c in configs:
         variant = cat.variant(c.image)
@@ -56,6 +62,7 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
             "framework": framework,
             "trainable_parameters": w.get("trainable_parameters", float("nan")),
             "flops_per_step": w.get("flops_per_step", float("nan")),
+            **{f"flops_{k}": w.get(f"flops_{k}") for k in F.SHARES},
             "batch_size": w.get("batch_size") or app.batch_size or 32,
             "image_size": w.get("image_size"),
             "compiler": c.compiler or "off",
@@ -63,42 +70,9 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
             "channels_last": 0, "onednn": 1, "microarchitecture": target.microarchitecture,
             "cores": target.cores_per_node,
             "accelerator": (acc.model or acc.vendor) if acc else None,
-            "bf16_native": bool(BF16_FLAGS & set(target.cpu_features)),
+            **figures,
         })
     return rows
-
-
-def _s(v: Any, default: str) -> str:
-    return default if v is None or v != v else str(v)
-
-
-def features(row: dict[str, Any]) -> tuple[list[str], list[float]]:
-    """The model's categorical and numeric inputs of one row (as ``model.feature_frame``)."""
-    cats = [_s(row.get("fingerprint"), _s(row["workload"], "nan")), _s(row["framework"], "nan"),
-            _s(row["compiler"], "off"), _s(row["allocator"], "glibc"),
-            _s(row["precision"], "fp32"),
-            str(int(row.get("channels_last") or 0)), str(int(1 if row.get("onednn") is None
-                                                              else row["onednn"])),
-            _s(row["microarchitecture"], "unknown"), _s(row.get("accelerator"), "none"),
-            str(bool(row.get("bf16_native")))]
-    flops, batch = _float(row.get("flops_per_step")), _float(row.get("batch_size"))
-    nums = [_log(row.get("trainable_parameters")), _log(flops / batch if batch else None),
-            _log(batch), _log(row["threads"]), _log(row["cores"])]
-    return cats, nums
-
-
-def _float(v: Any) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
-def _log(v: Any) -> float:
-    try:
-        return math.log(float(v))
-    except (TypeError, ValueError):
-        return float("nan")
 
 
 class LinearFormula:
@@ -111,7 +85,7 @@ class LinearFormula:
         self.coef, self.intercept = spec["coef"], spec["intercept"]
 
     def __call__(self, row: dict[str, Any]) -> float:
-        cats, nums = features(row)
+        cats, nums = F.features(row)
         x: list[float] = []
         for value, known in zip(cats, self.categories):
             x.extend(1.0 if value == k else 0.0 for k in known)
@@ -149,9 +123,10 @@ class FastPredictor:
             meta = json.loads(side.read_text())
         except (OSError, ValueError) as exc:
             raise PredictError(f"{side}: cannot read the model description ({exc})") from None
-        if meta.get("versions", {}).get("modak") != __version__:
-            raise PredictError(f"{side}: fitted with modak {meta.get('versions', {}).get('modak')},"
-                               f" this is {__version__}: refit with `modak model fit`")
+        from .fit import stale  # (no scikit-learn: stale reads the card)
+        why = stale(meta)
+        if why is not None:
+            raise PredictError(f"{side}: {why}: refit with `modak model fit`")
         return cls(meta)
 
     def workload(self, request: JobRequest) -> Optional[dict[str, Any]]:
@@ -200,38 +175,45 @@ class FastPredictor:
         name = workload_label(request.application)
         if w is None:
             self.notes.append(f"no measurement of workload {name!r} yet (key "
-                              f"{workload_key(request.application)}): prior used; its first "
-                              "run measures its fingerprint")
+                              f"{workload_key(request.application)}): the model needs its "
+                              "fingerprint; the prior decides, and its first run (or a "
+                              "trial) measures it")
             return [None] * len(configs)
         fp = w.get("fingerprint") or w.get("workload")
         target = request.target
         same = [m for m in self.measured if (m.get("fingerprint") or m.get("workload")) == fp
                 and m["microarchitecture"] == target.microarchitecture
                 and float(m["cores"]) == float(target.cores_per_node)]
-        distinct = {tuple(str(m[k]) for k in MATCH_KEYS) for m in same}
-        cold = len(distinct) < MIN_CONFIGS
-        if cold:
-            self.notes.append(
-                f"cold start: {len(distinct)} measured configuration(s) of {name} "
-                f"(fingerprint {fp}) on {target.microarchitecture} with "
-                f"{target.cores_per_node} cores (the model needs {MIN_CONFIGS}): "
-                + ("measured ones are predicted by their measurements, the others not "
-                   "(an autotuning trial measures them)" if distinct else "prior used"))
-            if not distinct:
-                return [None] * len(configs)
-        out: list[Optional[Prediction]] = []
         rows = candidate_rows(request, configs, workload=w)
-        correct = self._knob_effects(rows[0], same, target.cores_per_node) if rows else None
+        lacking = F.missing(rows[0]) if rows else []
+        # a workload not measured on this target: its error as measured on held-out workload
+        # families, else on held-out configurations
+        seen = bool(same)
+        sigma = self.sigma if seen else self.meta.get("sigma_log_unseen", self.sigma)
+        if lacking:
+            self.notes.append(f"the model cannot speak for {name} here: it lacks "
+                              + "; ".join(lacking)
+                              + (" (measured configurations are answered by their "
+                                 "measurements)" if same else ""))
+        if not seen and not lacking:
+            self.notes.append(f"{name} (fingerprint {fp}) was not measured on "
+                              f"{target.microarchitecture} with {target.cores_per_node} "
+                              "cores: predicted from what it and the target are (its "
+                              f"interval is the held-out families' error, x{math.exp(Z90 * sigma):.2f})")
+        out: list[Optional[Prediction]] = []
+        correct = self._knob_effects(rows[0], same, target.cores_per_node) \
+            if rows and not lacking else None
         for row in rows:
             key = tuple(str(row[k]) for k in MATCH_KEYS)
             hit = [m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key]
-            if cold and not hit:
-                out.append(None)
-            elif hit:
+            if hit:
                 m = hit[0]
                 out.append(Prediction(seconds=m["median"], low=m["min"], high=m["max"],
                                       source=f"measured median of {m['n']} run(s)",
-                                      measured=True))
+                                      measured=True, warmup_s=m.get("warmup_s"),
+                                      loss=m.get("loss"), steps=m.get("steps")))
+            elif lacking:
+                out.append(None)
             else:
                 log_mid, how = self.formula(row), f"model {self.meta['model_id']}"
                 if correct is not None:
@@ -240,8 +222,8 @@ class FastPredictor:
                         log_mid += shift
                         how += f", corrected by this workload's measured {', '.join(used)}"
                 mid = math.exp(log_mid)
-                out.append(Prediction(seconds=mid, low=mid * math.exp(-Z90 * self.sigma),
-                                      high=mid * math.exp(Z90 * self.sigma), source=how))
+                out.append(Prediction(seconds=mid, low=mid * math.exp(-Z90 * sigma),
+                                      high=mid * math.exp(Z90 * sigma), source=how))
         return out
 
     def _knob_effects(self, template: dict[str, Any], same: list[dict[str, Any]], cores: int):
@@ -294,7 +276,7 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
     if choice == "none":
         say("no model: the rule-based prior decides")
         return None
-    from .model import default_path
+    from .fit import default_path
     path = default_path() if choice == "auto" else Path(choice)
     if not path.exists():
         if choice != "auto":
@@ -304,7 +286,7 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
         except ImportError:
             say("no model and no scikit-learn to fit one: the prior decides")
             return None
-        from .model import fit_if_possible
+        from .fit import fit_if_possible
         say(f"no model at {path} yet: fitting one on the measured dataset (once)")
         if not fit_if_possible(path):
             say("nothing to fit on: the prior decides")
@@ -317,11 +299,11 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
             if choice != "auto":
                 raise ModakError(str(exc)) from None
             # the saved model is from another MODAK (features may differ): refit it once
-            from .model import fit_if_possible
+            from .fit import fit_if_possible
             say(f"{exc}: refitting it now")
             if not fit_if_possible(path):
                 return None
             return FastPredictor.load(path)
-    from .model import ModelPredictor, load, training_frame  # a non-linear estimator
-    from .results import ResultsStore, load_frame
-    return ModelPredictor(load(path), training_frame(load_frame(ResultsStore())))
+    from ..results import ResultsStore, load_frame  # a non-linear estimator
+    from .fit import load, model_predictor
+    return model_predictor(load(path, say=say), load_frame(ResultsStore()))

@@ -1,0 +1,34 @@
+"""The model card: what a fitted model is, typed (saved beside it as JSON)."""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ModelCard(BaseModel):
+    """A fitted performance model's description: what it learned from, how well it
+    predicts what it was not fitted on, and what the fast predictor evaluates (``light``)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model_id: str
+    estimator: str
+    feature_version: int
+    features: list[str]
+    target: str = "log(seconds per step)"
+    rows: int = Field(description="measurements fitted on")
+    configurations: int
+    families: list[str] = Field(description="workload families in the data")
+    targets: list[str] = Field(description="targets in the data (microarchitecture / cores)")
+    data_fingerprint: str
+    held_out_by: Literal["configuration", "workload", "target"] = Field(
+        description="what was held out to compare the estimators")
+    held_out_mape: dict[str, Optional[float]]
+    sigma_log: float = Field(description="RMS error in log space, a configuration held out")
+    sigma_log_unseen: float = Field(description="RMS error in log space, a whole workload "
+                                    "family (or target) held out: the uncertainty for one "
+                                    "never measured")
+    versions: dict[str, str]
+    fitted_at: str
+    light: dict[str, Any] = Field(default_factory=dict, description="for the fast predictor: "
+                                  "the exported linear formula, measured medians, workloads")

@@ -1,0 +1,161 @@
+"""Honest evaluation of the performance model, on medians of repeats.
+
+- **LOCO**: a configuration held out (the workload and the target were measured);
+- **LOWO**: a whole workload family held out (every batch size and configuration of it):
+  how the model speaks for a user's new script;
+- **LOTO**: a whole target held out: how it speaks for a machine it never measured;
+
+and the decisions those predictions make: for every (workload, batch, target) measured with
+two or more configurations, the configuration the held-out model ranks fastest against the
+best measured one (regret) and against stock (speed-up).  The seed paper's linear model and
+the non-linear estimators are compared the same way.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .fit import (CONFIG_KEYS, ModelError, ESTIMATORS, TARGET_KEYS, groups_of, held_out_predictions,
+                  mape, target_id, training_frame, usable)
+
+HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
+
+
+def is_stock(row) -> bool:
+    """Framework defaults: eager, all cores, glibc malloc, fp32, oneDNN on, NCHW."""
+    return (row["compiler"] == "off" and row["allocator"] == "glibc"
+            and row["precision"] == "fp32" and int(row["channels_last"]) == 0
+            and int(row["onednn"]) == 1 and float(row["threads"]) == float(row["cores"]))
+
+
+def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, Any]:
+    """Held-out errors and decision quality (see the module docstring)."""
+    import numpy as np
+
+    df = usable(training_frame(df)).copy()
+    if df.empty:
+        raise ModelError("nothing to evaluate: no measurement has both a workload fingerprint "
+                         "and its target's measured figures (`modak probe`)")
+    df["target"] = target_id(df)
+    for name, by in HOLD_OUT.items():  # (nothing to hold out of a single group)
+        df[f"pred_{name}"] = (np.exp(held_out_predictions(df, estimator, by))
+                              if groups_of(df, by).nunique() > 1 else np.nan)
+    keys = TARGET_KEYS + CONFIG_KEYS + ["target"]
+    cfg = (df.groupby(keys, dropna=False)
+             .agg(measured=("s_per_step", "median"), low=("s_per_step", "min"),
+                  high=("s_per_step", "max"), n=("s_per_step", "size"),
+                  **{k: (f"pred_{k}", "median") for k in HOLD_OUT})
+             .reset_index())
+    decisions = []
+    for key, g in cfg.groupby(["workload", "framework", "target", "batch_size", "image_size"],
+                              dropna=False):
+        if len(g) < 2:
+            continue
+        best = g.loc[g["measured"].idxmin()]
+        stock = g[g.apply(is_stock, axis=1)]
+        row = {"workload": key[0], "framework": key[1], "target": key[2],
+               "batch_size": key[3], "best": label(best), "configurations": len(g)}
+        for how in HOLD_OUT:
+            if g[how].isna().all():
+                continue
+            chosen = g.loc[g[how].idxmin()]
+            row[f"chosen_{how}"] = label(chosen)
+            row[f"regret_{how}"] = float(chosen["measured"] / best["measured"] - 1)
+            row[f"vs_stock_{how}"] = (float(stock["measured"].iloc[0] / chosen["measured"])
+                                      if len(stock) else float("nan"))
+        decisions.append(row)
+
+    def summary(by: str) -> list[dict[str, Any]]:
+        out = []
+        for name, g in cfg.groupby(by):
+            d = [x for x in decisions if x[by] == name]
+            rec = {by: name, "configurations": len(g)}
+            for how in HOLD_OUT:
+                rec[f"mape_{how}"] = mape(g["measured"], g[how])
+                r = [x[f"regret_{how}"] for x in d if f"regret_{how}" in x]
+                v = [x[f"vs_stock_{how}"] for x in d if f"vs_stock_{how}" in x
+                     and x[f"vs_stock_{how}"] == x[f"vs_stock_{how}"]]
+                rec[f"regret_{how}"] = float(np.median(r)) if r else float("nan")
+                rec[f"worst_vs_stock_{how}"] = float(min(v)) if v else float("nan")
+            out.append(rec)
+        return out
+
+    overall = {}
+    for how in HOLD_OUT:
+        r = [x[f"regret_{how}"] for x in decisions if f"regret_{how}" in x]
+        v = [x[f"vs_stock_{how}"] for x in decisions if f"vs_stock_{how}" in x
+             and x[f"vs_stock_{how}"] == x[f"vs_stock_{how}"]]
+        overall[how] = {"mape": mape(cfg["measured"], cfg[how]),
+                        "median_regret": float(np.median(r)) if r else float("nan"),
+                        "worst_vs_stock": float(min(v)) if v else float("nan"),
+                        "decisions": len(r)}
+    estimators = {}
+    if compare:
+        for name in ESTIMATORS:
+            estimators[name] = {how: mape(np.exp(df["y"]), np.exp(held_out_predictions(
+                df, name, by))) for how, by in HOLD_OUT.items()
+                if groups_of(df, by).nunique() > 1}
+    return {"estimator": estimator, "overall": overall, "per_family": summary("workload"),
+            "per_target": summary("target"), "decisions": decisions, "configurations": cfg,
+            "estimators": estimators, "rows": int(len(df))}
+
+
+def label(row) -> str:
+    parts = [] if row["compiler"] == "off" else [row["compiler"]]
+    if float(row["threads"]) != float(row["cores"]):
+        parts.append(f"threads={int(row['threads'])}")
+    if row["allocator"] != "glibc":
+        parts.append(row["allocator"])
+    if row["precision"] != "fp32":
+        parts.append(row["precision"])
+    if int(row["channels_last"]):
+        parts.append("channels-last")
+    if not int(row["onednn"]):
+        parts.append("onednn-off")
+    return "+".join(parts) or "stock"
+
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """Predicted (configuration held out) against measured seconds per step: one colour per
+    workload and framework, min-max of the repeats as error bars, and the band that holds
+    90% of the held-out errors around the diagonal."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cfg = result["configurations"]
+    groups = list(cfg.groupby(["workload", "framework"], dropna=False))
+    colours = plt.get_cmap("tab20" if len(groups) > 10 else "tab10")
+    markers = {"pytorch": "o", "keras": "s", "tensorflow": "s"}
+    fig, ax = plt.subplots(figsize=(9.0, 6.0))
+    lo = min(cfg["measured"].min(), cfg["lowo"].min()) * 0.7
+    hi = max(cfg["measured"].max(), cfg["lowo"].max()) * 1.4
+    errors = np.abs(np.log(cfg["lowo"] / cfg["measured"]))
+    band = float(np.quantile(errors, 0.9)) if len(errors) else 0.0
+    line = np.geomspace(lo, hi, 50)
+    ax.fill_between(line, line * np.exp(-band), line * np.exp(band), color="0.88",
+                    label=f"90% of held-out errors (within x{np.exp(band):.2f})")
+    ax.plot(line, line, "k--", lw=1, label="predicted = measured")
+    for i, ((workload, framework), g) in enumerate(groups):
+        ax.errorbar(g["measured"], g["lowo"],
+                    xerr=[g["measured"] - g["low"], g["high"] - g["measured"]],
+                    fmt=markers.get(str(framework), "^"), color=colours(i % colours.N),
+                    label=f"{workload} ({framework}, {len(g)} configs)", alpha=0.85,
+                    capsize=2, markersize=6)
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi))
+    from matplotlib.ticker import FormatStrFormatter, LogLocator, NullFormatter
+    for axis in (ax.xaxis, ax.yaxis):  # 0.02, 0.05, 0.1, ...: no overlapping 10^x labels
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(FormatStrFormatter("%g"))
+        axis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("measured seconds per step (median; bars: min-max of repeats)", fontsize=11)
+    ax.set_ylabel("predicted seconds per step\n(its workload family held out of the fit)",
+                  fontsize=11)
+    ax.set_title("MODAK performance model: held-out predictions", fontsize=12)
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=9, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,108 @@
+"""The performance model's inputs: one function, used by fitting and by planning.
+
+A row (a measurement from the store, or a candidate the planner asks about) is turned into
+features that describe **what** runs and **where**, never **which** by name:
+
+- the workload, by its measured fingerprint: trainable parameters, FLOPs per sample, the
+  batch, and the share of its forward FLOPs by layer kind (convolution, dense, attention,
+  recurrent, normalisation);
+- the target, by what its probe measured (``modak probe``): fp32 matrix GFLOP/s, the bf16
+  to fp32 ratio (about 4 with native bf16 instructions, 1/50 without), memory bandwidth,
+  and the threads the job gets;
+- their meeting: the step's FLOPs over the target's GFLOP/s (a compute-bound time) and its
+  parameter traffic over the bandwidth (a memory-bound time);
+- the configuration: compiler, allocator, precision, channels-last, oneDNN, threads.
+
+So a workload never measured on a target, or a target never seen, is described by numbers
+the model has seen the like of.  Standard library only: the planner evaluates an exported
+linear model with these features without pandas or scikit-learn.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+FEATURE_VERSION = 2  # a saved model of another version is refitted (fit.load)
+
+CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
+SHARES = ["conv", "linear", "attention", "recurrent", "norm"]  # (+ other = the rest)
+CATEGORICAL = ["framework", "compiler", "allocator", "precision", "channels_last", "onednn",
+               "accelerator"]
+NUMERIC = ["log_params", "log_flops_per_sample", "log_batch",
+           *[f"share_{k}" for k in SHARES],
+           "log_threads", "thread_share", "log_gflops", "log_bf16_ratio", "log_bandwidth",
+           "log_compute_s", "log_memory_s"]
+TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
+BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
+
+
+def _float(v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f
+
+
+def _log(v: Any) -> float:
+    f = _float(v)
+    return math.log(f) if f > 0 else math.nan
+
+
+def _text(v: Any, default: str) -> str:
+    return default if v is None or (isinstance(v, float) and v != v) else str(v)
+
+
+def _flag(v: Any, default: int) -> str:
+    f = _float(v)
+    return str(default if f != f else int(f))
+
+
+def missing(row: dict[str, Any]) -> list[str]:
+    """What a row lacks for the model to speak about it (empty: nothing)."""
+    out = []
+    if not _float(row.get("flops_per_step")) > 0:
+        out.append("the workload's FLOPs per step (its fingerprint: it has not run yet)")
+    if not _float(row.get("trainable_parameters")) > 0:
+        out.append("the workload's parameter count")
+    if not _float(row.get("gflops_fp32")) > 0 or not _float(row.get("bandwidth_gbs")) > 0:
+        out.append("the target's measured GFLOP/s and bandwidth (run `modak probe`)")
+    return out
+
+
+def features(row: dict[str, Any]) -> tuple[list[str], list[float]]:
+    """The categorical and numeric inputs of one row, in CATEGORICAL and NUMERIC order."""
+    cats = [_text(row.get("framework"), "none"), _text(row.get("compiler"), "off"),
+            _text(row.get("allocator"), "glibc"), _text(row.get("precision"), "fp32"),
+            _flag(row.get("channels_last"), 0), _flag(row.get("onednn"), 1),
+            _text(row.get("accelerator"), "none")]
+    flops, batch = _float(row.get("flops_per_step")), _float(row.get("batch_size"))
+    params = _float(row.get("trainable_parameters"))
+    threads, cores = _float(row.get("threads")), _float(row.get("cores"))
+    gflops, bf16 = _float(row.get("gflops_fp32")), _float(row.get("gflops_bf16"))
+    bandwidth = _float(row.get("bandwidth_gbs"))
+    shares = [_float(row.get(f"flops_{k}")) for k in SHARES]
+    nums = [_log(params), _log(flops / batch if batch > 0 else math.nan), _log(batch),
+            *[0.0 if s != s else s for s in shares],
+            _log(threads), threads / cores if cores > 0 else math.nan, _log(gflops),
+            _log(bf16 / gflops) if gflops > 0 and bf16 > 0 else 0.0, _log(bandwidth),
+            _log(flops / (gflops * 1e9)) if gflops > 0 else math.nan,
+            _log(params * BYTES_PER_PARAMETER / (bandwidth * 1e9)) if bandwidth > 0
+            else math.nan]
+    return cats, nums
+
+
+def frame(df):
+    """:func:`features` of every row of a pandas frame, as a frame (for scikit-learn)."""
+    import pandas as pd
+
+    records = df.to_dict("records")
+    rows = [dict(zip(CATEGORICAL, c), **dict(zip(NUMERIC, n)))
+            for c, n in map(features, records)]
+    return pd.DataFrame(rows, index=df.index, columns=CATEGORICAL + NUMERIC)
+
+
+def target_figures(probe: Optional[dict[str, Any]]) -> dict[str, Optional[float]]:
+    """The store's target columns from a probe record (``modak_runtime.probe``)."""
+    probe = probe or {}
+    return {k: (float(probe[k]) if probe.get(k) else None) for k in TARGET_FIGURES}

@@ -1,0 +1,434 @@
+"""Fitting, saving and loading the performance model: log(seconds per step) from features.
+
+Fitted with pandas and scikit-learn on the results store (plus the dataset MODAK ships).
+The inputs are :mod:`.features` (what the workload and the target *are*, never their
+names).  The default estimator is the seed paper's linear statistical model: a ridge
+regression on the features and their pairwise interactions.  Non-linear estimators are
+fitted too and replace it only when they predict clearly better on held-out workload
+families (:mod:`.evaluate`).
+
+A fitted model is a versioned artefact (joblib + a JSON model card, :class:`.card.ModelCard`).
+A model saved by another MODAK, another feature version or other library versions is
+refitted on load (:func:`load`), never used to mis-predict and never an error that stops
+a plan.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from .. import __version__
+from ..errors import ModakError
+from ..paths import data_file
+from . import features as F
+from .card import ModelCard
+
+PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
+TARGET_KEYS = ["fingerprint", "workload", "framework", "microarchitecture", "cores", "batch_size",
+               "image_size"]
+CONFIG_KEYS = F.CONFIG_KEYS
+INT_KEYS = ("threads", "channels_last", "onednn", "batch_size", "cores")
+
+
+class ModelError(ModakError):
+    pass
+
+
+def default_path() -> Path:
+    return data_file("MODAK_MODEL", "model.joblib")
+
+
+def library_versions() -> dict[str, str]:
+    import numpy
+    import pandas
+    import sklearn
+    return {"scikit-learn": sklearn.__version__, "pandas": pandas.__version__,
+            "numpy": numpy.__version__, "python": platform.python_version()[:4].rstrip("."),
+            "modak": __version__}
+
+
+def training_frame(df):
+    """The rows the model learns from: successful runs with a fingerprint and the target's
+    measured figures; ``y`` = log(seconds per step)."""
+    import numpy as np
+
+    df = df.copy()
+    for col in F.TARGET_FIGURES + tuple(f"flops_{k}" for k in F.SHARES):
+        if col not in df:
+            df[col] = np.nan
+    if "status" in df:  # failed runs stay in the store (never chosen again), not in the fit
+        df = df[df["status"].fillna("ok") != "failed"].copy()
+    bad = ~(df["s_per_step"].astype(float) > 0)
+    if bad.any():
+        raise ModelError(f"{int(bad.sum())} measurements have no positive s_per_step")
+    df["y"] = np.log(df["s_per_step"].astype(float))
+    return df
+
+
+def usable(df):
+    """The rows :mod:`.features` can describe completely."""
+    X = F.frame(df)
+    return df[~X[F.NUMERIC].isna().any(axis=1).to_numpy()] if len(df) else df
+
+
+def target_id(df):
+    """A target as the model's data name it: microarchitecture / cores."""
+    return df["microarchitecture"].astype(str) + "/" + df["cores"].astype(float).astype(int) \
+        .astype(str) + " cores"
+
+
+def fingerprint(df) -> str:
+    cols = [c for c in ["workload", "framework", "s_per_step", "recorded_at", "run_id", "repeat"]
+            if c in df]
+    text = df[cols].astype(object).where(df[cols].notna(), "-").astype(str) \
+        .sort_values(cols).to_csv(index=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------
+# estimators
+MIN_SCALE = 0.25  # log units: a feature that barely varies is not scaled up into a lever
+
+
+_FLOOR_SCALER = None
+
+
+def _floor_scaler():
+    """The scaler class, made on first use (planning imports no scikit-learn) and kept, so
+    that a saved model unpickles it as ``modak_lib.perf.fit.FloorScaler``."""
+    global _FLOOR_SCALER
+    if _FLOOR_SCALER is None:
+        from sklearn.preprocessing import StandardScaler
+
+        class FloorScaler(StandardScaler):
+            """StandardScaler whose scale is at least MIN_SCALE: two workloads whose FLOPs
+            differ by 0.5% must not make FLOPs a lever that extrapolates 100x to a third."""
+
+            def fit(self, X, y=None, sample_weight=None):
+                super().fit(X, y, sample_weight)
+                import numpy as np
+                self.scale_ = np.maximum(self.scale_, MIN_SCALE)
+                return self
+
+        FloorScaler.__module__ = __name__
+        FloorScaler.__qualname__ = "FloorScaler"
+        _FLOOR_SCALER = FloorScaler
+    return _FLOOR_SCALER
+
+
+def __getattr__(name: str):  # pickle looks the class up by name
+    if name == "FloorScaler":
+        return _floor_scaler()
+    raise AttributeError(name)
+
+
+def make_estimator(name: str):
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
+    import numpy as np
+
+    pre = ColumnTransformer([
+        ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), F.CATEGORICAL),
+        ("num", _floor_scaler()(), F.NUMERIC)])
+    if name == "linear":  # the seed paper's linear model, with pairwise interactions
+        return Pipeline([("pre", pre),
+                         ("inter", PolynomialFeatures(2, interaction_only=True,
+                                                      include_bias=False)),
+                         ("reg", RidgeCV(alphas=np.logspace(-3, 2, 11)))])
+    if name == "linear-main":  # main effects only (a baseline)
+        return Pipeline([("pre", pre), ("reg", RidgeCV(alphas=np.logspace(-3, 2, 11)))])
+    if name == "gbr":
+        return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
+    if name == "forest":
+        return Pipeline([("pre", pre), ("reg", RandomForestRegressor(200, random_state=0))])
+    raise ModelError(f"unknown estimator {name!r}")
+
+
+ESTIMATORS = ("linear", "linear-main", "gbr", "forest")
+QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not minutes)
+
+
+def config_groups(df):
+    """One label per measured configuration (all repeats of it share the label)."""
+    keys = TARGET_KEYS + CONFIG_KEYS
+    # (pandas 3 keeps missing values missing through astype(str))
+    return df[keys].astype(object).where(df[keys].notna(), "-").astype(str).agg("|".join, axis=1)
+
+
+def groups_of(df, by: str):
+    """Held-out groups: ``configuration``, ``workload`` (its family: every batch size and
+    configuration of it) or ``target``."""
+    if by == "configuration":
+        return config_groups(df)
+    if by == "workload":
+        return df["workload"].astype(str)
+    if by == "target":
+        return target_id(df)
+    raise ValueError(by)
+
+
+def held_out_predictions(df, name: str, by: str = "configuration"):
+    """Predictions of log s/step, each with its group (``groups_of``) left out of the fit."""
+    import numpy as np
+
+    X, y = F.frame(df), df["y"].to_numpy()
+    groups = groups_of(df, by)
+    pred = np.full(len(df), np.nan)
+    for g in groups.unique():
+        test = (groups == g).to_numpy()
+        if test.all():
+            continue
+        est = make_estimator(name).fit(X[~test], y[~test])
+        pred[test] = est.predict(X[test])
+    return pred
+
+
+def mape(measured, predicted) -> float:
+    import numpy as np
+    m, p = np.asarray(measured, float), np.asarray(predicted, float)
+    ok = ~np.isnan(p)
+    return float(np.mean(np.abs(p[ok] - m[ok]) / m[ok])) if ok.any() else float("nan")
+
+
+# ---------------------------------------------------------------------------
+@dataclass
+class FittedModel:
+    estimator: Any
+    name: str
+    card: ModelCard
+    data: Any = field(repr=False, default=None)  # the training frame (for measured lookups)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return self.card.model_dump(mode="json")
+
+    def save(self, path: Path) -> None:
+        import joblib
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        joblib.dump({"estimator": self.estimator, "name": self.name, "meta": self.meta,
+                     "data": self.data}, tmp)
+        side = path.with_suffix(".json.tmp")
+        side.write_text(json.dumps(self.meta, indent=2) + "\n")
+        tmp.replace(path)  # atomic: a killed fit leaves the previous model
+        side.replace(path.with_suffix(".json"))
+
+    def predict_log(self, frame):
+        return self.estimator.predict(F.frame(frame))
+
+
+def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedModel:
+    """Fit every estimator, compare them on held-out groups (``by``: workload families by
+    default, the hardest test: a workload never seen), keep the best."""
+    import numpy as np
+
+    estimators = tuple(estimators or ESTIMATORS)
+    workloads = workload_table(df)
+    every = training_frame(df)  # (measured medians need no features)
+    df = usable(every)
+    n_cfg = config_groups(df).nunique() if len(df) else 0
+    if len(df) < 8 or n_cfg < 3:
+        raise ModelError(f"too little data to fit: {len(df)} measurements with fingerprints "
+                         f"and target figures, of {n_cfg} configurations (need 8 and 3)")
+    if df["workload"].nunique() < 2:
+        by = "configuration"  # one family: hold out configurations instead
+    scores, residual = {}, {}
+    for name in estimators:
+        pred = held_out_predictions(df, name, by)
+        scores[name] = mape(np.exp(df["y"]), np.exp(pred))
+        residual[name] = df["y"].to_numpy() - pred
+    best = "linear" if "linear" in scores else estimators[0]
+    challenger = min(scores, key=lambda k: scores[k] if scores[k] == scores[k] else 1e9)
+    if scores[challenger] < scores[best] * (1 - PREFER_MARGIN):
+        best = challenger
+    res = residual[best][~np.isnan(residual[best])]
+    sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
+    loco = residual[best] if by == "configuration" else (
+        df["y"].to_numpy() - held_out_predictions(df, best, "configuration"))
+    loco = loco[~np.isnan(loco)]
+    est = make_estimator(best).fit(F.frame(df), df["y"].to_numpy())
+    light: dict[str, Any] = {"workloads": workloads}
+    if best in ("linear", "linear-main"):
+        light.update(formula=export_linear(est), measured=measured_groups(every))
+    card = ModelCard(
+        model_id=f"{best}-{fingerprint(df)}", estimator=best,
+        feature_version=F.FEATURE_VERSION, features=F.CATEGORICAL + F.NUMERIC,
+        rows=int(len(df)), configurations=int(n_cfg),
+        families=sorted(df["workload"].astype(str).unique()),
+        targets=sorted(target_id(df).unique()), data_fingerprint=fingerprint(df),
+        held_out_by=by, held_out_mape={k: round(v, 4) for k, v in scores.items()},
+        sigma_log=round(float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma, 4),
+        sigma_log_unseen=round(sigma, 4), versions=library_versions(),
+        fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), light=light)
+    keep = every[TARGET_KEYS + CONFIG_KEYS + list(F.TARGET_FIGURES)
+                 + ["s_per_step", "accelerator", "source"]].copy()
+    return FittedModel(est, best, card, keep)
+
+
+def export_linear(est) -> dict[str, Any]:
+    """A fitted linear pipeline as numbers that ``predictor.LinearFormula`` evaluates."""
+    pre, reg = est.named_steps["pre"], est.named_steps["reg"]
+    cat, num = pre.named_transformers_["cat"], pre.named_transformers_["num"]
+    terms = None
+    if "inter" in est.named_steps:
+        terms = [[i for i, p in enumerate(row) if p] for row in est.named_steps["inter"].powers_]
+    return {"categories": [[str(c) for c in cats] for cats in cat.categories_],
+            "mean": num.mean_.tolist(), "scale": num.scale_.tolist(), "terms": terms,
+            "coef": reg.coef_.tolist(), "intercept": float(reg.intercept_)}
+
+
+def measured_groups(df) -> list[dict[str, Any]]:
+    """Median, min, max and count of s/step per measured configuration and target."""
+    keys = ["fingerprint", "workload", "microarchitecture", "cores", "framework",
+            "batch_size"] + CONFIG_KEYS
+    d = df.copy()
+    if "fingerprint" not in d:
+        d["fingerprint"] = None
+    for k in INT_KEYS:
+        d[k] = d[k].astype(float).round().astype(int)
+    out = []
+    for key, g in d.groupby(keys, dropna=False):
+        rec = {k: _plain(v) for k, v in zip(keys, key)}
+        s = g["s_per_step"].astype(float)
+        rec.update(median=float(s.median()), min=float(s.min()), max=float(s.max()), n=len(s))
+        for col, name in (("compile_s", "warmup_s"), ("final_loss", "loss"), ("steps", "steps")):
+            v = g[col].astype(float).median() if col in g else float("nan")
+            rec[name] = None if v != v else (int(v) if name == "steps" else float(v))
+        out.append(rec)
+    return out
+
+
+def _plain(v: Any) -> Any:
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and v != v else v
+
+
+def workload_table(df) -> list[dict[str, Any]]:
+    """Per workload (its key, else its label and framework): the latest fingerprint (with
+    its FLOP shares), the knobs the runtime could not apply to it, and the configurations
+    it failed under."""
+    import pandas as pd
+
+    d = df.copy()
+    for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
+                "flops_per_step", "run_id", *(f"flops_{k}" for k in F.SHARES)):
+        if col not in d:
+            d[col] = None
+    d["status"] = d["status"].fillna("ok")
+    ident = d["workload_key"].astype(object).where(
+        d["workload_key"].notna(), "label:" + d["workload"].astype(str) + "/"
+        + d["framework"].astype(str) + "/" + d["batch_size"].astype(str))
+    out = []
+    for _, g in d.groupby(ident, sort=True):
+        ok = g[g["status"] != "failed"]
+        last = (ok if len(ok) else g).iloc[-1]
+        entry = {k: _plain(last[k]) for k in ("workload_key", "workload", "fingerprint",
+                                              "framework", "trainable_parameters",
+                                              "flops_per_step", "batch_size", "image_size",
+                                              *(f"flops_{k}" for k in F.SHARES))}
+        not_applied: dict[str, str] = {}
+        for raw, names in zip(g.get("raw", pd.Series(None, index=g.index)), g["not_applied"]):
+            if isinstance(names, str) and names:
+                reasons = {}
+                try:
+                    reasons = json.loads(raw).get("not_applied", {})
+                except (TypeError, ValueError, AttributeError):
+                    pass
+                for n in names.split(","):
+                    not_applied[n] = str(reasons.get(n, "not applied"))[:200]
+        entry["not_applied"] = not_applied
+        entry["failed"] = [{**{k: _plain(r[k]) for k in CONFIG_KEYS},
+                            "knob": _plain(r["failed_knob"]), "run_id": _plain(r["run_id"]),
+                            "error": str(_plain(r["error"]) or "")[:200]}
+                           for _, r in g[g["status"] == "failed"].iterrows()]
+        out.append(entry)
+    return out
+
+
+def stale(meta: dict[str, Any]) -> Optional[str]:
+    """Why a saved model cannot be used by this MODAK (None: it can)."""
+    if meta.get("feature_version") != F.FEATURE_VERSION:
+        return (f"its features are of version {meta.get('feature_version', 1)}, this MODAK's "
+                f"are {F.FEATURE_VERSION}")
+    have = meta.get("versions", {}).get("modak")
+    if have != __version__:
+        return f"fitted with modak {have}, this is {__version__}"
+    return None
+
+
+def load(path: Optional[Path] = None, refit: bool = True,
+         say: Optional[Callable[[str], None]] = None, store_path=None) -> FittedModel:
+    """The saved model; one saved by another MODAK or other library versions is refitted
+    (the quick estimators, on the shipped dataset and the store at ``store_path``) and saved
+    in its place (``refit``), else an error."""
+    import joblib
+
+    path = path or default_path()
+    if not path.exists():
+        raise ModelError(f"{path}: no fitted model (run `modak model fit`)")
+    blob = None
+    try:
+        blob = joblib.load(path)
+        meta = blob["meta"]
+        why = stale(meta)
+        if why is None:
+            now = library_versions()
+            for lib in ("scikit-learn", "numpy"):
+                if meta.get("versions", {}).get(lib) != now[lib]:
+                    why = (f"fitted with {lib} {meta.get('versions', {}).get(lib)}, "
+                           f"this is {now[lib]}")
+    except (ImportError, AttributeError) as exc:  # its classes lived elsewhere then
+        why = f"saved by another MODAK ({type(exc).__name__}: {exc})"
+    except Exception as exc:  # a corrupt or foreign file
+        raise ModelError(f"{path}: not a MODAK model ({type(exc).__name__}: {exc})") from None
+    if why is None:
+        return FittedModel(blob["estimator"], blob["name"], ModelCard(**meta), blob.get("data"))
+    if not refit:
+        raise ModelError(f"{path}: {why}: refit with `modak model fit`")
+    (say or (lambda text: None))(f"{path}: {why}: refitting it")
+    return fit_from_store(store_path, out=path, estimators=QUICK_ESTIMATORS)
+
+
+def fit_from_store(store_path=None, out: Optional[Path] = None,
+                   estimators: Optional[Sequence[str]] = None) -> FittedModel:
+    from ..results import ResultsStore, load_frame
+    model = fit(load_frame(ResultsStore(store_path)), estimators=estimators)
+    model.save(out or default_path())
+    return model
+
+
+# ---------------------------------------------------------------------------
+def model_predictor(model: FittedModel, measurements=None):
+    """The planner's predictor over a fitted scikit-learn model (any estimator) and the
+    measurements given (by default those it was fitted on)."""
+    import pandas as pd
+
+    from .predictor import FastPredictor
+
+    data = measurements if measurements is not None else model.data
+    predictor = FastPredictor(
+        model.meta, formula=lambda row: float(model.predict_log(pd.DataFrame([row]))[0]),
+        measured=measured_groups(training_frame(data) if measurements is not None else data),
+        workloads=workload_table(measurements) if measurements is not None else None)
+    predictor.model = model
+    return predictor
+
+
+def fit_if_possible(path: Optional[Path] = None) -> bool:
+    """Fit the linear model from the shipped dataset and the store, if there is data."""
+    from ..results import ResultsStore, StoreError, load_frame
+
+    try:
+        fit(load_frame(ResultsStore()), estimators=QUICK_ESTIMATORS).save(
+            path or default_path())
+    except (StoreError, ModelError):
+        return False
+    return True

@@ -1,0 +1,137 @@
+"""python3 -m modak_runtime.probe [--seconds S]: what this target really delivers.
+
+Measures, in about ``S`` seconds (default 8), with the threads and CPU features the job has
+(its CPU affinity, ``ONEDNN_MAX_CPU_ISA``, ``ATEN_CPU_CAPABILITY``):
+
+- dense matrix multiplication in fp32 and bf16, GFLOP/s (PyTorch when the image has it,
+  else NumPy for fp32 only);
+- memory bandwidth, GB/s (a triad ``c = a + s*b`` on arrays far larger than the caches);
+
+and prints one JSON line ``{"modak": "probe", "schema": 1, ...}`` with the host's facts.
+The performance model uses these figures as the target's features, so that a target it has
+never measured is described by what it does, not by its name.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any, Callable, Optional
+
+from .session import host_facts
+
+SCHEMA = 1
+PROBE_KEY = "probe"
+
+
+def _best_rate(run: Callable[[], None], work: float, seconds: float) -> float:
+    """The best rate (work per second) of ``run`` over about ``seconds`` (after a warm-up)."""
+    run()
+    best, end = 0.0, time.perf_counter() + seconds
+    while True:
+        t = time.perf_counter()
+        run()
+        dt = time.perf_counter() - t
+        if dt > 0:
+            best = max(best, work / dt)
+        if time.perf_counter() > end:
+            return best
+
+
+def _matmul_torch(torch: Any, dtype: Any, n: int, seconds: float) -> float:
+    """GFLOP/s of n x n products; a smaller n where one product would take more than a
+    tenth of ``seconds`` (bf16 without native instructions is 100x slower)."""
+    def rate(size: int, budget: float) -> float:
+        a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
+        out = torch.empty(size, size, dtype=dtype)
+        return _best_rate(lambda: torch.mm(a, b, out=out), 2.0 * size ** 3, budget) / 1e9
+    small = 256
+    guess = rate(small, 0.0)
+    while n > small and 2.0 * n ** 3 / (guess * 1e9) > seconds / 10:
+        n //= 2
+    return rate(n, seconds)
+
+
+def _triad_torch(torch: Any, n: int, seconds: float) -> float:
+    a, b, c = torch.rand(n), torch.rand(n), torch.empty(n)
+    return _best_rate(lambda: torch.add(a, b, alpha=1.5, out=c), 3.0 * 4 * n, seconds) / 1e9
+
+
+def _matmul_numpy(np: Any, n: int, seconds: float) -> float:
+    a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
+    out = np.empty((n, n), dtype=np.float32)
+    return _best_rate(lambda: np.matmul(a, b, out=out), 2.0 * n ** 3, seconds) / 1e9
+
+
+def _triad_numpy(np: Any, n: int, seconds: float) -> float:
+    a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
+    c = np.empty(n, dtype=np.float32)
+
+    def triad() -> None:
+        np.multiply(b, 1.5, out=c)
+        np.add(a, c, out=c)
+    return _best_rate(triad, 4.0 * 4 * n, seconds) / 1e9  # b, c read; c written twice; a read
+
+
+def measure(seconds: float = 8.0) -> dict[str, Any]:
+    """The probe's figures (``seconds``: its whole budget, shared by the measurements)."""
+    started = time.perf_counter()
+    facts = host_facts()
+    threads = facts.get("cores") or 1
+    out: dict[str, Any] = {"modak": PROBE_KEY, "schema": SCHEMA, "host": facts,
+                           "threads": threads, "gflops_fp32": None, "gflops_bf16": None,
+                           "bandwidth_gbs": None, "library": None,
+                           "isa_caps": {k: os.environ[k] for k in
+                                        ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+                                        if os.environ.get(k)}}
+    share = seconds / 4.0
+    n_mm, n_triad = 1024, 16 * 1024 * 1024  # 8 MB matrices; 64 MB vectors
+    try:
+        import torch
+        torch.set_num_threads(threads)
+        out["library"] = f"torch {torch.__version__}"
+        out["aten_capability"] = torch.backends.cpu.get_cpu_capability()
+        out["gflops_fp32"] = round(_matmul_torch(torch, torch.float32, n_mm, share), 2)
+        out["gflops_bf16"] = round(_matmul_torch(torch, torch.bfloat16, n_mm, share), 2)
+        out["bandwidth_gbs"] = round(_triad_torch(torch, n_triad, share), 2)
+    except ImportError:
+        try:
+            import numpy as np
+            out["library"] = f"numpy {np.__version__}"
+            out["gflops_fp32"] = round(_matmul_numpy(np, n_mm, share), 2)
+            out["bandwidth_gbs"] = round(_triad_numpy(np, n_triad, share), 2)
+        except ImportError:
+            out["error"] = "neither torch nor numpy in this image: nothing to measure with"
+    out["seconds"] = round(time.perf_counter() - started, 2)
+    return out
+
+
+def parse(text: str) -> Optional[dict[str, Any]]:
+    """The last probe line in a job's output, or None."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and f'"modak": "{PROBE_KEY}"' in line:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("schema") == SCHEMA:
+                return rec
+    return None
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    seconds = 8.0
+    if argv[:1] == ["--seconds"] and len(argv) == 2:
+        seconds = max(1.0, min(60.0, float(argv[1])))
+    elif argv:
+        print("usage: python3 -m modak_runtime.probe [--seconds S]", file=sys.stderr)
+        return 2
+    print(json.dumps(measure(seconds), sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

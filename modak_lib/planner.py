@@ -44,7 +44,8 @@ class Predictor(Protocol):
         this workload, a configuration it failed under), or None."""
 
 
-AUTOTUNE_K = 3  # candidates a proposed autotuning trial runs
+AUTOTUNE_K = 3  # candidates a proposed autotuning trial runs (and stock)
+LOSS_TOLERANCE = 0.05  # a measured loss worse than stock's by more than this changes the result
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,63 @@ def _prior_reason(cfg: Configuration, best: Configuration, scores: dict[str, flo
     return "same as chosen"
 
 
+def stock_configuration(configs: Sequence[Configuration], scores: dict[str, float],
+                        cpus: int) -> Optional[Configuration]:
+    """The framework's defaults on the best-scored image: no compiler, all the task's
+    cores, glibc malloc, fp32 (what a user's plain run is)."""
+    plain = [c for c in configs if c.compiler is None and c.allocator == Allocator.glibc
+             and c.precision == Precision.fp32 and c.threads == cpus]
+    return max(plain, key=lambda c: scores[c.image], default=None)
+
+
+def _with_stock(trials: tuple[Configuration, ...], stock: Optional[Configuration]
+                ) -> tuple[Configuration, ...]:
+    """Trials always measure stock too: every choice is compared with it."""
+    return trials if stock is None or stock in trials else trials + (stock,)
+
+
+def planned_steps(request: JobRequest, res: Resources, stock: Optional[Prediction]
+                  ) -> Optional[int]:
+    """The optimizer steps the job will run: the application's ``steps``, else as many as
+    its wall time holds at stock's speed; None when neither is known."""
+    if request.application.steps:
+        return request.application.steps
+    if res.walltime_s and stock is not None and stock.seconds > 0:
+        return max(1, int(res.walltime_s / stock.seconds))
+    return None
+
+
+def job_seconds(p: Prediction, steps: Optional[int]) -> float:
+    """A candidate's time for the job: its warm-up once (measured) and its steps; per step
+    when the job's length is unknown."""
+    return p.seconds * steps + (p.warmup_s or 0.0) if steps else p.seconds
+
+
+def _reject_changed_results(configs: Sequence[Configuration],
+                            predictions: list[Optional[Prediction]],
+                            stock: Optional[Configuration]):
+    """Measured candidates whose loss was worse than stock's (same number of steps) beyond
+    LOSS_TOLERANCE lose their prediction: a speed-up that changes the result is none."""
+    from .perf.search import Trial, changes_result
+
+    by_config = dict(zip(configs, predictions))
+    base = by_config.get(stock) if stock is not None else None
+    if base is None or not base.measured or base.loss is None:
+        return predictions, []
+    ref = Trial(stock, base.steps or 0, base.seconds, final_loss=base.loss)
+    out, rejected = [], []
+    for cfg, p in zip(configs, predictions):
+        why = None
+        if p is not None and p.measured and cfg != stock and p.loss is not None and \
+                (p.steps or 0) == (base.steps or 0):
+            why = changes_result(Trial(cfg, p.steps or 0, p.seconds, final_loss=p.loss), ref,
+                                 LOSS_TOLERANCE)
+        out.append(None if why else p)
+        if why:
+            rejected.append((cfg, why))
+    return out, rejected
+
+
 def decide(request: JobRequest, predictor: Predictor | None = None,
            catalogue: Catalogue | None = None, force: Configuration | None = None) -> Decision:
     """Rank the candidates; ``force`` pins the choice (an autotuning trial of one of them)."""
@@ -218,11 +276,21 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
 
     predictions = predictor.predict(request, configs) if predictor else [None] * len(configs)
     notes += predictor.notes if predictor is not None else []
+    stock = stock_configuration(configs, scores, res.cpus_per_task)
+    predictions, rejected = _reject_changed_results(configs, predictions, stock)
+    for cfg, why in rejected:
+        notes.append(f"not offered: {cfg.label()}: {why}")
+    keep = [i for i, c in enumerate(configs) if c not in dict(rejected)]
+    configs, predictions = [configs[i] for i in keep], [predictions[i] for i in keep]
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
+    job_steps = planned_steps(request, res, dict(predicted).get(stock))
     if predicted:
         decided_by = "model"
         unpredicted = [c for c, p in zip(configs, predictions) if p is None]
-        predicted.sort(key=lambda cp: (cp[1].seconds, cp[0].label()))
+        predicted.sort(key=lambda cp: (job_seconds(cp[1], job_steps), cp[0].label()))
+        if job_steps and any(p.warmup_s for _, p in predicted):
+            notes.append(f"ranked by the time of a {job_steps}-step job: each measured "
+                         "candidate's warm-up (compilation) once, then its steps")
         best, best_p = predicted[0]
         ranked = predicted + [(c, None) for c in sorted(
             unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
@@ -237,11 +305,11 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     top = [p for _, p in ranked[:AUTOTUNE_K] if p is not None]
     if decided_by == "model" and len(top) > 1 and top[1].low <= top[0].high \
             and not top[0].measured:
-        autotune = tuple(c for c, _ in ranked[:AUTOTUNE_K])
+        autotune = _with_stock(tuple(c for c, _ in ranked[:AUTOTUNE_K]), stock)
         notes.append(f"the top {len(autotune)} candidates are within the model's uncertainty: "
                      "an autotuning trial (playbooks/autotune.yml) would settle it")
     elif request.optimisation.enable_autotuning and len(ranked) > 1:
-        autotune = tuple(c for c, _ in ranked[:AUTOTUNE_K])
+        autotune = _with_stock(tuple(c for c, _ in ranked[:AUTOTUNE_K]), stock)
     if force is not None:
         index = next((i for i, (c, _) in enumerate(ranked) if c == force), None)
         if index is None:

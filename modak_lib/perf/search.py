@@ -1,0 +1,157 @@
+"""A budgeted search for what the model cannot settle: short trials of the user's script.
+
+Successive halving (Jamieson and Talwalkar; Li et al.'s Hyperband uses it as its inner loop):
+every candidate runs a short trial; the better half (by the time the job would take with
+it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
+
+- **stock is always a candidate** and is never dropped, so that every choice is measured
+  against it in the same rounds;
+- **a candidate that changes the result is rejected**: its loss after the trial is worse
+  than stock's after the same steps by more than ``loss_tolerance`` (relative).  bf16
+  autocast applied eagerly to a transformer script trained to a far worse loss here, while
+  the same precision under torch.compile matched fp32;
+- **compile time is amortised over the job's planned length**: a candidate is ranked by
+  ``warm-up + s/step x job steps``, so a compiler that pays only after two hours is not
+  chosen for a ten-minute job;
+- **the budget** is a fraction of the job's expected run time (stock's), in seconds of
+  trial wall time; a round that would exceed it is not started;
+- **the final choice is never slower than the stock trial as measured** (amortised), and
+  never a rejected one.
+
+``run`` is given by the caller: the deploy runs a trial through the real job path, the
+tests and benchmarks run it here.  Every trial's record can go into the results store.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from ..models import Configuration
+
+
+@dataclass(frozen=True)
+class Trial:
+    """What one trial of a candidate measured."""
+    configuration: Configuration
+    steps: int
+    s_per_step: Optional[float]       # steady-state seconds per step (None: failed)
+    warmup_s: float = 0.0             # the warm-up's excess (compilation)
+    wall_s: float = 0.0               # the trial's whole cost, start-up included
+    final_loss: Optional[float] = None
+    failed: Optional[str] = None      # why it failed, if it did
+
+
+@dataclass
+class Outcome:
+    chosen: Configuration
+    stock: Configuration
+    trials: list[Trial] = field(default_factory=list)
+    verdicts: dict[str, str] = field(default_factory=dict)  # candidate label -> why
+    spent_s: float = 0.0
+    budget_s: float = 0.0
+    rounds: int = 0
+
+    def summary(self) -> str:
+        return (f"chose {self.chosen.label()} after {len(self.trials)} trials in "
+                f"{self.rounds} round(s), {self.spent_s:.0f} s of a {self.budget_s:.0f} s budget")
+
+
+def job_seconds(trial: Trial, job_steps: int) -> float:
+    """How long the job would take with this candidate: its warm-up once, then its steps."""
+    if trial.s_per_step is None:
+        return math.inf
+    return trial.warmup_s + trial.s_per_step * job_steps
+
+
+def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str]:
+    """Why a candidate's trial is rejected as changing the result (None: it is not)."""
+    if trial.final_loss is None or stock.final_loss is None:
+        return None  # nothing to compare (a script whose loss the runtime cannot see)
+    if not math.isfinite(trial.final_loss):
+        return f"its loss is {trial.final_loss}"
+    worse = trial.final_loss - stock.final_loss
+    scale = max(abs(stock.final_loss), 1e-8)
+    if worse > tolerance * scale:
+        return (f"its loss after {trial.steps} steps is {trial.final_loss:.4g}, stock's "
+                f"{stock.final_loss:.4g}: worse by {worse / scale:.0%} (tolerance "
+                f"{tolerance:.0%}): it changes the result")
+    return None
+
+
+def search(candidates: Sequence[Configuration], stock: Configuration,
+           run: Callable[[Configuration, int], Trial], *, job_steps: int, budget_s: float,
+           first_steps: int = 10, eta: int = 2, loss_tolerance: float = 0.05,
+           max_rounds: int = 4) -> Outcome:
+    """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
+    seconds of trials; see the module docstring."""
+    pool = [stock] + [c for c in candidates if c != stock]
+    out = Outcome(chosen=stock, stock=stock, budget_s=budget_s)
+    steps = first_steps
+    last: dict[Configuration, Trial] = {}
+    while pool and out.rounds < max_rounds:
+        # the round's cost, estimated from the last round (its trials at this many steps)
+        estimate = sum(_estimate(last.get(c), steps) for c in pool)
+        if out.rounds and out.spent_s + estimate > budget_s:
+            break
+        out.rounds += 1
+        results = {}
+        for c in pool:
+            t = run(c, steps)
+            out.trials.append(t)
+            out.spent_s += t.wall_s
+            results[c] = t
+        last.update(results)
+        base = results[stock]
+        if base.s_per_step is None:  # stock itself failed: nothing to compare with
+            out.verdicts[stock.label()] = f"stock failed: {base.failed}"
+            out.chosen = stock
+            return out
+        ranked = []
+        for c in pool[1:]:
+            t = results[c]
+            why = t.failed and f"failed: {t.failed}" or changes_result(t, base, loss_tolerance)
+            if why:
+                out.verdicts[c.label()] = why
+                continue
+            ranked.append((job_seconds(t, job_steps), c))
+        ranked.sort(key=lambda x: x[0])
+        keep = max(1, len(ranked) // eta) if len(ranked) > 1 else len(ranked)
+        for secs, c in ranked[keep:]:
+            out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {secs:.0f} s for the "
+                                       f"job, the better {keep} went on")
+        pool = [stock] + [c for _, c in ranked[:keep]]
+        if len(pool) == 1 or (len(pool) == 2 and out.rounds > 1 and
+                              _settled(results[pool[1]], base, job_steps)):
+            break
+        steps *= eta
+    # the final choice: the fastest of the last round, never slower than stock
+    base = last[stock]
+    best, best_s = stock, job_seconds(base, job_steps)
+    for c in pool[1:]:
+        t = last[c]
+        if changes_result(t, base, loss_tolerance) or t.s_per_step is None:
+            continue
+        secs = job_seconds(t, job_steps)
+        if secs < best_s:
+            best, best_s = c, secs
+    for c in pool[1:]:
+        out.verdicts.setdefault(c.label(), "chosen" if c == best else
+                                f"slower than {best.label()} for a {job_steps}-step job")
+    out.verdicts[stock.label()] = "chosen (nothing measured faster without changing the " \
+        "result)" if best == stock else f"stock: {job_seconds(base, job_steps):.0f} s for the job"
+    out.chosen = best
+    return out
+
+
+def _estimate(trial: Optional[Trial], steps: int) -> float:
+    if trial is None or trial.s_per_step is None or trial.steps <= 0:
+        return 0.0
+    fixed = max(0.0, trial.wall_s - trial.s_per_step * trial.steps)  # start-up, warm-up
+    return fixed + trial.s_per_step * steps
+
+
+def _settled(t: Trial, stock: Trial, job_steps: int) -> bool:
+    """Two left and a clear difference (over 20%): more steps will not change the order."""
+    a, b = job_seconds(t, job_steps), job_seconds(stock, job_steps)
+    return max(a, b) > 1.2 * min(a, b)

@@ -1,0 +1,183 @@
+"""The budgeted search (modak_lib/perf/search.py): successive halving with stock always in,
+loss-changing candidates rejected, compile time amortised over the job, never slower than
+the stock trial, within its budget; on recorded trial figures and on one real short run."""
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from modak_lib.models import Configuration
+from modak_lib.perf.search import Trial, changes_result, job_seconds, search
+
+IMAGE = "pytorch-2.13.0-cpu"
+STOCK = Configuration(image=IMAGE, threads=2)
+COMPILE = Configuration(image=IMAGE, threads=2, compiler="torch.compile:default")
+BF16 = Configuration(image=IMAGE, threads=2, precision="bf16")
+BOTH = Configuration(image=IMAGE, threads=2, compiler="torch.compile:default", precision="bf16")
+TCMALLOC = Configuration(image=IMAGE, threads=2, allocator="tcmalloc")
+ONE = Configuration(image=IMAGE, threads=1)
+
+
+def recorded(table):
+    """run() over recorded figures: configuration -> (s/step, warm-up s, loss); the trial's
+    wall time is start-up (3 s) + warm-up + its steps."""
+    calls = []
+
+    def run(config, steps):
+        s, warm, loss = table[config]
+        calls.append((config, steps))
+        return Trial(config, steps, s, warm, 3.0 + warm + (s or 0) * steps, loss,
+                     None if s else "crashed")
+    return run, calls
+
+
+# a small transformer LM as measured on this 2-core machine (figures rounded): eager bf16
+# is faster but trains to a far worse loss; compiled bf16 matches fp32 after a 40 s compile
+LM = {STOCK: (0.050, 0.0, 2.10), BF16: (0.038, 0.0, 3.40), COMPILE: (0.046, 35.0, 2.10),
+      BOTH: (0.030, 40.0, 2.11), TCMALLOC: (0.048, 0.0, 2.10), ONE: (0.080, 0.0, 2.10)}
+
+
+def test_a_candidate_that_changes_the_loss_is_rejected_however_fast():
+    run, _ = recorded(LM)
+    out = search([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, run, job_steps=100000,
+                 budget_s=600)
+    assert out.chosen == BOTH  # long job: the compile pays, and bf16 compiled keeps the loss
+    assert "changes the result" in out.verdicts[BF16.label()]
+    assert STOCK in {t.configuration for t in out.trials}
+
+
+def test_compile_time_is_amortised_over_the_jobs_length():
+    run, _ = recorded(LM)
+    short = search([BF16, COMPILE, BOTH, TCMALLOC], STOCK, run, job_steps=300, budget_s=600)
+    # 300 steps: 40 s of compilation never pays back 0.02 s a step; tcmalloc does
+    assert short.chosen == TCMALLOC
+    assert job_seconds(Trial(BOTH, 10, 0.030, 40.0), 300) > job_seconds(
+        Trial(TCMALLOC, 10, 0.048, 0.0), 300)
+
+
+def test_never_slower_than_stock_and_never_a_crash():
+    table = {STOCK: (0.02, 0.0, 1.0), BF16: (0.05, 0.0, 1.0), COMPILE: (None, 0.0, None),
+             ONE: (0.03, 0.0, 1.0)}
+    run, _ = recorded(table)
+    out = search([BF16, COMPILE, ONE], STOCK, run, job_steps=1000, budget_s=300)
+    assert out.chosen == STOCK
+    assert out.verdicts[COMPILE.label()].startswith("failed")
+
+
+def test_the_search_stays_within_its_budget_and_halves():
+    run, calls = recorded(LM)
+    out = search([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, run, job_steps=100000,
+                 budget_s=200, first_steps=10)
+    # (the first round always runs: six trials of 10 steps, 102 s with two compilations)
+    assert out.spent_s <= 200 or out.rounds == 1
+    assert out.rounds >= 2 and len(calls) > 6
+    second = [c for c, steps in calls if steps == 20]
+    assert STOCK in second and len(second) <= 1 + 5 // 2  # stock + the better half
+    tight = search([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, recorded(LM)[0],
+                   job_steps=100000, budget_s=50)
+    assert tight.rounds == 1  # the second round would not fit
+
+
+def test_loss_tolerance_is_relative_and_stated():
+    stock = Trial(STOCK, 10, 0.1, final_loss=2.0)
+    assert changes_result(Trial(BF16, 10, 0.1, final_loss=2.05), stock, 0.05) is None
+    why = changes_result(Trial(BF16, 10, 0.1, final_loss=2.5), stock, 0.05)
+    assert why and "worse by 25%" in why and "tolerance 5%" in why
+    assert changes_result(Trial(BF16, 10, 0.1, final_loss=float("nan")), stock, 0.05)
+
+
+def test_one_real_short_search_through_the_runtime():
+    """Trials of a real script (the MLP family) run through the runtime here."""
+    pytest.importorskip("torch")
+    from modak_runtime.record import parse_lines
+
+    def run(config, steps):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MODAK_")}
+        env.update(MODAK_MAX_STEPS=str(steps), MODAK_THREADS=str(config.threads),
+                   MODAK_PRECISION=config.precision.value, PYTHONPATH=str(ROOT))
+        proc = subprocess.run([sys.executable, "-m", "modak_runtime", "--", "mlp.py",
+                               "--batch-size", "64", "--steps", "1000"],
+                              cwd=ROOT / "benchmarks/families", env=env, capture_output=True,
+                              text=True, timeout=300)
+        (rec,) = parse_lines(proc.stdout)
+        m = rec["metrics"]
+        return Trial(config, steps, m["s_per_step"], m.get("warmup_s") or 0.0,
+                     m.get("wall_s") or 0.0, m.get("final_loss"))
+
+    out = search([BF16, ONE], STOCK, run, job_steps=2000, budget_s=60, first_steps=6)
+    stock = [t for t in out.trials if t.configuration == STOCK]
+    assert stock and out.spent_s > 0
+    chosen = [t for t in out.trials if t.configuration == out.chosen][-1]
+    assert job_seconds(chosen, 2000) <= job_seconds(stock[-1], 2000)
+    assert changes_result(chosen, stock[-1], 0.05) is None
+
+
+# ---------------------------------------------------------------------------
+# the planner applies the same rules to what trials measured
+class Measured:
+    """A predictor that answers with measured trials: configuration key -> (s/step, warm-up
+    s, loss after 30 steps)."""
+    notes: list = []
+
+    def __init__(self, table):
+        self.table = table
+
+    def exclusions(self, request, configs):
+        return [None] * len(configs)
+
+    def predict(self, request, configs):
+        from modak_lib.models import Prediction
+        out = []
+        for c in configs:
+            key = (c.compiler, c.precision.value, c.allocator.value, c.threads)
+            if key not in self.table:
+                out.append(None)
+                continue
+            s, warm, loss = self.table[key]
+            out.append(Prediction(seconds=s, low=s, high=s, source="measured", measured=True,
+                                  warmup_s=warm, loss=loss, steps=30))
+        return out
+
+
+def lm_request(**app):
+    from conftest import request
+    return request(application={"model": "tiny-lm", "batch_size": 16, **app},
+                   optimisation={"compilers": ["torch.compile"], "allow_reduced_precision": True},
+                   target={"microarchitecture": "zen4", "cores_per_node": 2,
+                           "cpu_features": ["avx512_bf16"]})
+
+
+TRIALS = {(None, "fp32", "glibc", 2): (0.050, 0.0, 2.10),
+          (None, "bf16", "glibc", 2): (0.038, 0.0, 3.40),             # changes the result
+          ("torch.compile:default", "bf16", "glibc", 2): (0.030, 40.0, 2.11),
+          (None, "fp32", "tcmalloc", 2): (0.048, 0.0, 2.10)}
+
+
+def test_the_planner_rejects_a_measured_candidate_that_changed_the_loss():
+    from modak_lib.planner import decide
+    d = decide(lm_request(steps=100000), Measured(TRIALS))
+    assert d.chosen.compiler == "torch.compile:default" and d.chosen.precision.value == "bf16"
+    assert any(n.startswith("not offered:") and "prec=bf16" in n and "changes the result" in n
+               and "compiler=off" in n for n in d.notes), d.notes
+    assert all(not (c.configuration.compiler is None and c.configuration.precision.value ==
+                    "bf16" and c.configuration.allocator.value == "glibc"
+                    and c.configuration.threads == 2) for c in d.candidates)
+
+
+def test_the_planner_amortises_compile_time_over_the_jobs_steps():
+    from modak_lib.planner import decide
+    short = decide(lm_request(steps=500), Measured(TRIALS))
+    assert short.chosen.compiler is None and short.chosen.allocator.value == "tcmalloc"
+    assert any("ranked by the time of a 500-step job" in n for n in short.notes)
+    long = decide(lm_request(steps=100000), Measured(TRIALS))
+    assert long.chosen.compiler == "torch.compile:default"
+
+
+def test_trials_always_include_stock():
+    from modak_lib.planner import decide
+    d = decide(lm_request().model_copy(update={"optimisation": lm_request().optimisation
+                                               .model_copy(update={"enable_autotuning": True})}))
+    assert any(c.compiler is None and c.precision.value == "fp32" and
+               c.allocator.value == "glibc" and c.threads == 2 for c in d.autotune)

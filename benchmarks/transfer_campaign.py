@@ -1,0 +1,228 @@
+"""The transfer campaign: eight workload families x two batch sizes x three targets.
+
+    .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
+        [--variant 0|1 ...] [--repeats 1] [--steps 12] [--minutes M] [--store PATH]
+        [--csv modak_lib/data/measurements.csv] [--list]
+
+Every family is an ordinary PyTorch script (``benchmarks/families/``) run through the
+runtime (``python3 -m modak_runtime -- SCRIPT``), as a job runs it, with the MODAK_*
+variables a job script sets, capped at ``--steps`` optimizer steps (``MODAK_MAX_STEPS``;
+the runtime times the steps after its warm-up).  The targets are what this machine can be:
+
+- ``2c``: both cores;
+- ``1c``: one core (CPU affinity);
+- ``avx2``: both cores, with oneDNN and ATen capped at AVX2 (no AVX-512, no native bf16:
+  ``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``), named ``x86_64_v3``.
+
+Each target is probed first (``modak_runtime.probe``: its GFLOP/s and bandwidth, the
+features the model describes it by).  The configurations are a fraction of the full grid:
+stock, torch.compile, bf16, both, tcmalloc, and one thread where there are two.  A round
+runs every configuration of one (family, batch, target) cell once, in a shuffled order, so
+that load on this shared machine hits them alike.
+
+It is **resumable**: it appends every run to the results store and skips what the store
+already holds (``--repeats`` per configuration), so it can run in pieces (``--minutes``
+stops starting runs after so long).  ``--csv`` then writes the shipped dataset plus the
+store's campaign rows as the dataset MODAK ships.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from modak_lib.perf.probe import run_here  # noqa: E402
+from modak_lib.results import (COLUMNS, SHIPPED, ResultsStore, parse_fom_lines,  # noqa: E402
+                               row_from_fom)
+
+FAMILIES_DIR = ROOT / "benchmarks" / "families"
+SOURCE = "transfer-campaign"
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc.so.4"
+
+# family -> (script, [arguments of batch variant 0, of variant 1])
+FAMILIES: dict[str, tuple[str, list[list[str]]]] = {
+    "small-cnn": ("small_cnn.py", [["--batch-size", "32"], ["--batch-size", "128"]]),
+    "resnet18": ("resnet.py", [["--depth", "18", "--batch-size", "8"],
+                               ["--depth", "18", "--batch-size", "32"]]),
+    "resnet50": ("resnet.py", [["--depth", "50", "--batch-size", "4", "--image-size", "64"],
+                               ["--depth", "50", "--batch-size", "16", "--image-size", "64"]]),
+    "mobile-cnn": ("mobile_cnn.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
+    "mlp": ("mlp.py", [["--batch-size", "64"], ["--batch-size", "512"]]),
+    "transformer-lm": ("transformer_lm.py", [["--batch-size", "4", "--length", "64"],
+                                             ["--batch-size", "16", "--length", "128"]]),
+    "gru": ("gru.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
+    "recommender": ("recommender.py", [["--batch-size", "128"], ["--batch-size", "1024"]]),
+}
+
+# target -> (CPU affinity or None for all, environment, microarchitecture name)
+TARGETS: dict[str, tuple[list[int] | None, dict[str, str], str | None]] = {
+    "2c": (None, {}, None),
+    "1c": ([0], {}, None),
+    "avx2": (None, {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}, "x86_64_v3"),
+}
+
+# configuration label -> environment (threads=1 only where the target has more than one core)
+CONFIGS: dict[str, dict[str, str]] = {
+    "stock": {},
+    "compile": {"MODAK_TORCH_COMPILE": "default"},
+    "bf16": {"MODAK_PRECISION": "bf16"},
+    "compile+bf16": {"MODAK_TORCH_COMPILE": "default", "MODAK_PRECISION": "bf16"},
+    "tcmalloc": {"LD_PRELOAD": TCMALLOC, "MODAK_ALLOCATOR": "tcmalloc"},
+    "threads=1": {"MODAK_THREADS": "1"},
+}
+
+
+def cores_of(target: str) -> int:
+    cpus = TARGETS[target][0]
+    return len(cpus) if cpus else len(os.sched_getaffinity(0))
+
+
+def configs_for(target: str) -> list[str]:
+    return [c for c in CONFIGS if c != "threads=1" or cores_of(target) > 1]
+
+
+def run_id(family: str, variant: int, target: str, config: str) -> str:
+    return f"transfer/{family}/b{variant}/{target}/{config}"
+
+
+def run_one(family: str, variant: int, target: str, config: str, steps: int) -> dict:
+    script, variants = FAMILIES[family]
+    cpus, target_env, micro = TARGETS[target]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAK_")}
+    env.update(target_env, **CONFIGS[config], MODAK_MAX_STEPS=str(steps),
+               MODAK_WORKLOAD=family, PYTHONPATH=str(ROOT))
+    if micro:
+        env["MODAK_MICROARCHITECTURE"] = micro
+
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, set(cpus))
+
+    proc = subprocess.run([sys.executable, "-m", "modak_runtime", "--", script,
+                           *variants[variant], "--steps", "100000"],
+                          cwd=FAMILIES_DIR, capture_output=True, text=True, env=env,
+                          preexec_fn=pin if cpus else None, timeout=900)
+    recs = parse_fom_lines(proc.stdout)
+    if not recs:
+        raise RuntimeError(f"{family} b{variant} {target} {config}: no record "
+                           f"({proc.returncode}): {proc.stderr[-800:]}")
+    return recs[-1]
+
+
+def done(store: ResultsStore) -> dict[str, int]:
+    """Runs the store holds, per run id (a cell's configuration)."""
+    if not store.path.exists():
+        return {}
+    counts: dict[str, int] = {}
+    for r in store.rows():
+        if r.get("source") == SOURCE:
+            counts[r["run_id"]] = counts.get(r["run_id"], 0) + 1
+    return counts
+
+
+def probe(target: str, seconds: float = 6.0) -> dict:
+    cpus, env, _ = TARGETS[target]
+    return run_here(seconds=seconds, env=env, cpus=cpus)
+
+
+def export(store: ResultsStore, path: Path) -> int:
+    """The shipped dataset's rows plus the store's campaign rows (each raw record once)."""
+    import csv
+
+    rows, seen = [], set()
+    if SHIPPED.exists():
+        with open(SHIPPED, newline="", encoding="utf-8") as f:
+            for r in csv.DictReader(f):
+                rows.append(r)
+                seen.add(r.get("raw"))
+    for r in store.rows():
+        if r.get("source") == SOURCE and r.get("raw") not in seen:
+            rows.append(r)
+            seen.add(r.get("raw"))
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
+    ap.add_argument("--target", action="append", choices=sorted(TARGETS))
+    ap.add_argument("--variant", action="append", type=int, choices=[0, 1])
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--minutes", type=float, default=0, help="start no run after so long")
+    ap.add_argument("--store", help="results store (default: $MODAK_RESULTS or ~/.local/...)")
+    ap.add_argument("--csv", help="then write the dataset (shipped rows + campaign rows)")
+    ap.add_argument("--list", action="store_true", help="say what is left, run nothing")
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    store = ResultsStore(a.store)
+    rng = random.Random(a.seed)
+    families = a.family or list(FAMILIES)
+    targets = a.target or list(TARGETS)
+    variants = a.variant or [0, 1]
+    counts = done(store)
+    # every cell once before any cell twice; variant 0 everywhere before variant 1
+    cells = [(f, v, t) for rep in range(a.repeats) for v in variants for t in targets
+             for f in families]
+    left = [(f, v, t, c) for f, v, t in dict.fromkeys(cells) for c in configs_for(t)
+            if counts.get(run_id(f, v, t, c), 0) < a.repeats]
+    print(f"{len(left)} runs left of {sum(len(configs_for(t)) for _, _, t in dict.fromkeys(cells))}"
+          f" (repeats {a.repeats})", flush=True)
+    if a.list:
+        for f, v, t, c in left:
+            print(f"  {f} b{v} {t} {c}")
+        return 0
+    started = time.time()
+    figures: dict[str, dict] = {}
+    for f, v, t in dict.fromkeys(cells):
+        todo = [c for c in configs_for(t) if counts.get(run_id(f, v, t, c), 0) < a.repeats]
+        if not todo:
+            continue
+        if a.minutes and time.time() - started > a.minutes * 60:
+            print("time is up: run again to go on", flush=True)
+            break
+        if t not in figures:
+            figures[t] = probe(t)
+            p = figures[t]
+            print(f"== target {t}: fp32 {p['gflops_fp32']} GFLOP/s, bf16 {p['gflops_bf16']}, "
+                  f"{p['bandwidth_gbs']} GB/s", flush=True)
+        rng.shuffle(todo)
+        for c in todo:
+            t0 = time.perf_counter()
+            try:
+                rec = run_one(f, v, t, c, a.steps)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                print(f"  {f} b{v} {t} {c}: {exc}", flush=True)
+                continue
+            rid = run_id(f, v, t, c)
+            try:
+                row = row_from_fom(rec, source=SOURCE, run_id=rid, repeat=counts.get(rid, 0),
+                                   image="host", target=t, probe=figures[t],
+                                   microarchitecture=TARGETS[t][2])
+            except Exception as exc:  # a run that measured nothing
+                print(f"  {f} b{v} {t} {c}: not recorded ({exc})", flush=True)
+                continue
+            store.append([row])
+            counts[rid] = counts.get(rid, 0) + 1
+            m = rec["metrics"]
+            print(f"  {f:<15} b{v} {t:<4} {c:<13} {rec['status']:<7} "
+                  f"{(m.get('s_per_step') or 0):8.4f} s/step  loss {m.get('final_loss')}  "
+                  f"({time.perf_counter() - t0:5.1f} s)", flush=True)
+    if a.csv:
+        print(f"wrote {export(store, Path(a.csv))} rows to {a.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -230,15 +230,28 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
 
 
 def test_autotuning_trials_go_through_the_job_path_into_the_store(deploy):
+    """The budgeted search: round 1 runs the candidates and stock for 8 steps, round 2 the
+    better half and stock for 16; every trial through the job path into the store; the
+    final plan runs the choice, never slower than the stock trial."""
     proc = deploy("autotune.yml", inputs={"job_name": "mnist-tune", "steps": "1000"},
-                  modak_autotune_k=2, modak_autotune_steps=25, modak_refit=True)
+                  modak_autotune_k=2, modak_autotune_steps=8, modak_autotune_rounds=2,
+                  modak_autotune_budget=1.0, modak_refit=True)
     _ok(proc)
-    assert re.search(r"after 2 trials: planned \S+: pytorch-2.13.0-cpu", proc.stdout)
+    found = re.search(r"chose (.+?) after (\d+) trials in (\d+) round\(s\), (\d+) s of a "
+                      r"(\d+) s budget; planned \S+: pytorch-2.13.0-cpu", proc.stdout)
+    assert found, proc.stdout[-3000:]
+    trials, rounds = int(found.group(2)), int(found.group(3))
     rows = deploy.store.rows()
-    assert [r["source"] for r in rows] == ["autotune", "autotune"]
-    # short trials: the runtime stopped the 1000-step script after 25 steps
-    assert all(r["steps"] == 25 and r["status"] == "capped" for r in rows)
-    assert len({(r["allocator"], r["threads"]) for r in rows}) == 2  # two candidates
+    assert {r["source"] for r in rows} == {"autotune"} and len(rows) == trials
+    # short trials: the runtime stopped the 1000-step script after 8 (then 16) steps
+    assert all(r["status"] == "capped" and r["steps"] in (8, 16) for r in rows)
+    stock = [r for r in rows if r["compiler"] == "off" and r["allocator"] == "glibc"
+             and r["precision"] == "fp32" and r["threads"] == r["cores"]]
+    assert len(stock) == rounds  # stock runs in every round
+    if rounds == 2:  # the better half of round 1's other candidates went on (at least one)
+        assert {r["steps"] for r in stock} == {8, 16}
+        first, second = (sum(r["steps"] == n and r not in stock for r in rows) for n in (8, 16))
+        assert 1 <= second <= max(1, first // 2)
 
 
 # ---------------------------------------------------------------------------

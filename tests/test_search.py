@@ -181,3 +181,22 @@ def test_trials_always_include_stock():
                                                .model_copy(update={"enable_autotuning": True})}))
     assert any(c.compiler is None and c.precision.value == "fp32" and
                c.allocator.value == "glibc" and c.threads == 2 for c in d.autotune)
+
+
+def test_the_search_driven_round_by_round_through_its_state_matches_the_loop():
+    """As a playbook drives it: state saved and read back between rounds."""
+    import json
+
+    from modak_lib.perf.search import Halving
+    run, _ = recorded(LM)
+    h = Halving([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, job_steps=100000, budget_s=600)
+    while True:
+        h = Halving.from_state(json.loads(json.dumps(h.state())))
+        step = h.next_round()
+        if step is None:
+            break
+        h.record([run(c, step[1]) for c in step[0]])
+    loop = search([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, recorded(LM)[0],
+                  job_steps=100000, budget_s=600)
+    assert h.outcome().chosen == loop.chosen == BOTH
+    assert h.outcome().rounds == loop.rounds and h.outcome().verdicts == loop.verdicts

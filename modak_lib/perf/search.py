@@ -79,69 +79,138 @@ def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str
     return None
 
 
+class Halving:
+    """The search as steps, so that a caller that cannot loop in Python (a playbook, round
+    by round through the job path) can drive it: ``next_round()`` says which candidates to
+    try and for how many steps (None: done), ``record(trials)`` takes what they measured,
+    ``outcome()`` is the choice.  ``state()``/``from_state()`` keep it between calls."""
+
+    def __init__(self, candidates: Sequence[Configuration], stock: Configuration, *,
+                 job_steps: int, budget_s: float, first_steps: int = 10, eta: int = 2,
+                 loss_tolerance: float = 0.05, max_rounds: int = 4):
+        self.stock, self.job_steps, self.budget_s = stock, job_steps, budget_s
+        self.eta, self.tolerance, self.max_rounds = eta, loss_tolerance, max_rounds
+        self.pool = [stock] + [c for c in candidates if c != stock]
+        self.steps = first_steps
+        self.out = Outcome(chosen=stock, stock=stock, budget_s=budget_s)
+        self.last: dict[Configuration, Trial] = {}
+        self.finished = False
+
+    def next_round(self) -> Optional[tuple[list[Configuration], int]]:
+        if self.finished or not self.pool or self.out.rounds >= self.max_rounds:
+            return self._finish()
+        # the round's cost, estimated from the last round (its trials at this many steps)
+        estimate = sum(_estimate(self.last.get(c), self.steps) for c in self.pool)
+        if self.out.rounds and self.out.spent_s + estimate > self.budget_s:
+            return self._finish()
+        return list(self.pool), self.steps
+
+    def record(self, trials: Sequence[Trial]) -> None:
+        out = self.out
+        out.rounds += 1
+        results = {t.configuration: t for t in trials}
+        for t in trials:
+            out.trials.append(t)
+            out.spent_s += t.wall_s
+        self.last.update(results)
+        base = results.get(self.stock)
+        if base is None or base.s_per_step is None:  # nothing to compare with
+            out.verdicts[self.stock.label()] = "stock failed: " + str(
+                base.failed if base else "not measured")
+            self.pool, self.finished = [self.stock], True
+            return
+        ranked = []
+        for c in self.pool[1:]:
+            t = results.get(c)
+            why = ("not measured" if t is None else t.failed and f"failed: {t.failed}"
+                   or changes_result(t, base, self.tolerance))
+            if why:
+                out.verdicts[c.label()] = why
+                continue
+            ranked.append((job_seconds(t, self.job_steps), c))
+        ranked.sort(key=lambda x: x[0])
+        keep = max(1, len(ranked) // self.eta) if len(ranked) > 1 else len(ranked)
+        for secs, c in ranked[keep:]:
+            out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {secs:.0f} s for the "
+                                       f"job, the better {keep} went on")
+        self.pool = [self.stock] + [c for _, c in ranked[:keep]]
+        if len(self.pool) == 1 or (len(self.pool) == 2 and out.rounds > 1 and
+                                   _settled(results[self.pool[1]], base, self.job_steps)):
+            self.finished = True
+        self.steps *= self.eta
+
+    def _finish(self) -> None:
+        """The final choice: the fastest of the last round, never slower than stock."""
+        self.finished = True
+        out, base = self.out, self.last.get(self.stock)
+        if base is None or base.s_per_step is None:
+            out.chosen = self.stock
+            return None
+        best, best_s = self.stock, job_seconds(base, self.job_steps)
+        for c in self.pool[1:]:
+            t = self.last.get(c)
+            if t is None or t.s_per_step is None or changes_result(t, base, self.tolerance):
+                continue
+            secs = job_seconds(t, self.job_steps)
+            if secs < best_s:
+                best, best_s = c, secs
+        for c in self.pool[1:]:
+            out.verdicts.setdefault(c.label(), "chosen" if c == best else
+                                    f"slower than {best.label()} for a {self.job_steps}-step job")
+        out.verdicts[self.stock.label()] = (
+            "chosen (nothing measured faster without changing the result)" if best == self.stock
+            else f"stock: {job_seconds(base, self.job_steps):.0f} s for the job")
+        out.chosen = best
+        return None
+
+    def outcome(self) -> Outcome:
+        if not self.finished:
+            self._finish()
+        return self.out
+
+    # -- between calls -------------------------------------------------------------
+    def state(self) -> dict:
+        def trial(t: Trial) -> dict:
+            return {**t.__dict__, "configuration": t.configuration.model_dump(mode="json")}
+        return {"stock": self.stock.model_dump(mode="json"), "job_steps": self.job_steps,
+                "budget_s": self.budget_s, "eta": self.eta, "tolerance": self.tolerance,
+                "max_rounds": self.max_rounds, "steps": self.steps, "finished": self.finished,
+                "pool": [c.model_dump(mode="json") for c in self.pool],
+                "rounds": self.out.rounds, "spent_s": self.out.spent_s,
+                "verdicts": self.out.verdicts, "trials": [trial(t) for t in self.out.trials],
+                "last": [trial(t) for t in self.last.values()]}
+
+    @classmethod
+    def from_state(cls, st: dict) -> "Halving":
+        def trial(d: dict) -> Trial:
+            return Trial(**{**d, "configuration": Configuration(**d["configuration"])})
+        h = cls([], Configuration(**st["stock"]), job_steps=st["job_steps"],
+                budget_s=st["budget_s"], eta=st["eta"], loss_tolerance=st["tolerance"],
+                max_rounds=st["max_rounds"])
+        h.pool = [Configuration(**c) for c in st["pool"]]
+        h.steps, h.finished = st["steps"], st["finished"]
+        h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
+        h.out.verdicts = dict(st["verdicts"])
+        h.out.trials = [trial(d) for d in st["trials"]]
+        h.last = {t.configuration: t for t in map(trial, st["last"])}
+        return h
+
+
 def search(candidates: Sequence[Configuration], stock: Configuration,
            run: Callable[[Configuration, int], Trial], *, job_steps: int, budget_s: float,
            first_steps: int = 10, eta: int = 2, loss_tolerance: float = 0.05,
            max_rounds: int = 4) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring."""
-    pool = [stock] + [c for c in candidates if c != stock]
-    out = Outcome(chosen=stock, stock=stock, budget_s=budget_s)
-    steps = first_steps
-    last: dict[Configuration, Trial] = {}
-    while pool and out.rounds < max_rounds:
-        # the round's cost, estimated from the last round (its trials at this many steps)
-        estimate = sum(_estimate(last.get(c), steps) for c in pool)
-        if out.rounds and out.spent_s + estimate > budget_s:
-            break
-        out.rounds += 1
-        results = {}
-        for c in pool:
-            t = run(c, steps)
-            out.trials.append(t)
-            out.spent_s += t.wall_s
-            results[c] = t
-        last.update(results)
-        base = results[stock]
-        if base.s_per_step is None:  # stock itself failed: nothing to compare with
-            out.verdicts[stock.label()] = f"stock failed: {base.failed}"
-            out.chosen = stock
-            return out
-        ranked = []
-        for c in pool[1:]:
-            t = results[c]
-            why = t.failed and f"failed: {t.failed}" or changes_result(t, base, loss_tolerance)
-            if why:
-                out.verdicts[c.label()] = why
-                continue
-            ranked.append((job_seconds(t, job_steps), c))
-        ranked.sort(key=lambda x: x[0])
-        keep = max(1, len(ranked) // eta) if len(ranked) > 1 else len(ranked)
-        for secs, c in ranked[keep:]:
-            out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {secs:.0f} s for the "
-                                       f"job, the better {keep} went on")
-        pool = [stock] + [c for _, c in ranked[:keep]]
-        if len(pool) == 1 or (len(pool) == 2 and out.rounds > 1 and
-                              _settled(results[pool[1]], base, job_steps)):
-            break
-        steps *= eta
-    # the final choice: the fastest of the last round, never slower than stock
-    base = last[stock]
-    best, best_s = stock, job_seconds(base, job_steps)
-    for c in pool[1:]:
-        t = last[c]
-        if changes_result(t, base, loss_tolerance) or t.s_per_step is None:
-            continue
-        secs = job_seconds(t, job_steps)
-        if secs < best_s:
-            best, best_s = c, secs
-    for c in pool[1:]:
-        out.verdicts.setdefault(c.label(), "chosen" if c == best else
-                                f"slower than {best.label()} for a {job_steps}-step job")
-    out.verdicts[stock.label()] = "chosen (nothing measured faster without changing the " \
-        "result)" if best == stock else f"stock: {job_seconds(base, job_steps):.0f} s for the job"
-    out.chosen = best
-    return out
+    h = Halving(candidates, stock, job_steps=job_steps, budget_s=budget_s,
+                first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
+                max_rounds=max_rounds)
+    while True:
+        step = h.next_round()
+        if step is None:
+            return h.outcome()
+        pool, steps = step
+        h.record([run(c, steps) for c in pool])
 
 
 def _estimate(trial: Optional[Trial], steps: int) -> float:

@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Controller side of modak.modak.modak_search: one step of MODAK's budgeted trial search.
+
+The search itself is ``modak_lib.perf.search.Halving``; this plugin keeps its state in a
+file between the rounds that the playbook runs through the job path, records each round's
+trials into it and says what to run next, or what it chose.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+import os
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import check_library
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        check_library("modak_search")
+        from modak_lib.files import write_atomic
+        from modak_lib.models import Configuration
+        from modak_lib.perf.search import Halving, Trial, job_seconds
+
+        spec = dict(plan=dict(type="dict", required=True), state=dict(type="path", required=True),
+                    record=dict(type="list", elements="dict", default=[]),
+                    candidates=dict(type="int", default=3),
+                    budget_fraction=dict(type="float", default=0.1),
+                    job_steps=dict(type="int", default=0),
+                    first_steps=dict(type="int", default=10),
+                    max_rounds=dict(type="int", default=3),
+                    loss_tolerance=dict(type="float", default=0.05))
+        dummy, args = self.validate_argument_spec(spec)
+        plan, path = args["plan"], args["state"]
+        if os.path.exists(path):
+            with open(path) as f:
+                halving = Halving.from_state(json.load(f))
+        else:
+            halving, how = self._start(plan, args, Configuration)
+            result["budget"] = how
+        if args["record"]:
+            halving.record([self._trial(r, Trial, Configuration) for r in args["record"]])
+        step = halving.next_round()
+        write_atomic(os.path.dirname(path) or ".", os.path.basename(path),
+                     json.dumps(halving.state()))
+        out = halving.out
+        result.update(changed=bool(args["record"]), done=step is None, rounds=out.rounds,
+                      spent_s=round(out.spent_s, 1), budget_s=round(out.budget_s, 1),
+                      verdicts=out.verdicts)
+        if step is None:
+            stock = halving.last.get(halving.stock)
+            chosen = halving.last.get(out.chosen)
+            result.update(chosen=out.chosen.model_dump(mode="json"), msg=out.summary(),
+                          trials=[], job_s={"stock": _s(stock, halving, job_seconds),
+                                            "chosen": _s(chosen, halving, job_seconds)})
+        else:
+            result.update(trials=[c.model_dump(mode="json") for c in step[0]], steps=step[1],
+                          msg="round %d: %d trial(s) of %d steps" % (
+                              out.rounds + 1, len(step[0]), step[1]))
+        return result
+
+    @staticmethod
+    def _start(plan, args, Configuration):
+        """A new search: the plan's proposed trials (else its top candidates) and stock; the
+        job's steps and the budget from what the plan knows."""
+        from modak_lib.perf.search import Halving
+
+        ranked = [Configuration(**c["configuration"]) for c in plan["candidates"]]
+        trials = [Configuration(**c) for c in plan.get("autotune") or []] or \
+            ranked[:args["candidates"]]
+        threads = max(c.threads for c in ranked)
+        plain = [c for c in ranked if c.compiler is None and c.allocator.value == "glibc"
+                 and c.precision.value == "fp32" and c.threads == threads]
+        if not plain:
+            raise AnsibleActionFail("the plan has no stock candidate (no compiler, all "
+                                    "cores, glibc, fp32) to compare trials with")
+        stock = plain[0]
+        pred = next((c.get("prediction") for c in plan["candidates"]
+                     if Configuration(**c["configuration"]) == stock), None) or {}
+        per_step = pred.get("seconds")
+        wall = plan.get("walltime_s")
+        steps = args["job_steps"] or (int(wall / per_step) if wall and per_step else 0) \
+            or 10000
+        expected = steps * per_step if per_step else (wall or 3600)
+        budget = args["budget_fraction"] * expected
+        how = ("%.0f s: %.0f%% of the job's expected %.0f s (%d steps%s)" % (
+            budget, 100 * args["budget_fraction"], expected, steps,
+            " at stock's predicted %.3g s/step" % per_step if per_step else
+            ", stock's speed unknown: the wall time"))
+        return Halving(trials, stock, job_steps=steps, budget_s=budget,
+                       first_steps=args["first_steps"], max_rounds=args["max_rounds"],
+                       loss_tolerance=args["loss_tolerance"]), how
+
+    @staticmethod
+    def _trial(rec, Trial, Configuration):
+        """A trial from what the trial's tasks kept: its configuration, modak_record's
+        measured figures and status, the job's elapsed time."""
+        m = rec.get("measured") or {}
+        failed = None
+        if rec.get("status") == "failed" or not m.get("s_per_step"):
+            failed = ((rec.get("error") or {}).get("message") or rec.get("status")
+                      or "no figures")
+        return Trial(Configuration(**rec["configuration"]), int(m.get("steps") or 0),
+                     m.get("s_per_step") if not failed else None,
+                     float(m.get("warmup_s") or 0.0), float(rec.get("elapsed_s") or 0.0),
+                     m.get("final_loss"), failed)
+
+
+def _s(trial, halving, job_seconds):
+    return round(job_seconds(trial, halving.job_steps), 1) if trial is not None else None

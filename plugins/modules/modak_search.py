@@ -1,0 +1,121 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: modak_search
+short_description: One step of MODAK's budgeted search over short trials
+version_added: "0.2.0"
+description:
+  - Runs on the controller (an action plugin). Successive halving over the plan's candidates
+    with stock always among them - each round runs short trials of the user's script through
+    the job path (the playbook does), this step records their figures and says which
+    candidates go on for twice as many steps, until one is left, the results are clear, the
+    rounds run out or the next round would exceed the budget.
+  - A candidate whose loss after its trial is worse than stock's beyond O(loss_tolerance)
+    is rejected as changing the result; compile time is weighed against the job's steps
+    (O(job_steps)); the choice is never slower than the stock trial as measured.
+  - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
+    predicted speed, else its wall time).
+options:
+  plan:
+    description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
+    type: dict
+    required: true
+  state:
+    description: The search's state file on the controller (created by the first step).
+    type: path
+    required: true
+  record:
+    description:
+      - The trials of the round just run - each C(configuration) (as in the plan),
+        C(measured) (modak_record's return value), C(status), C(error) and C(elapsed_s)
+        (the job's).
+    type: list
+    elements: dict
+    default: []
+  candidates:
+    description: How many of the plan's top candidates to try when it proposes none.
+    type: int
+    default: 3
+  budget_fraction:
+    description: The trial budget as a fraction of the job's expected run time.
+    type: float
+    default: 0.1
+  job_steps:
+    description: Optimizer steps the job will run (0 - from the wall time and stock's speed).
+    type: int
+    default: 0
+  first_steps:
+    description: Steps of the first round's trials (each round doubles them).
+    type: int
+    default: 10
+  max_rounds:
+    description: Rounds at most.
+    type: int
+    default: 3
+  loss_tolerance:
+    description: How much worse than stock's a trial's loss may be (relative).
+    type: float
+    default: 0.05
+author:
+  - MODAK developers (@modak)
+"""
+
+EXAMPLES = r"""
+- name: Start the search (or record a round and say what is next)
+  modak.modak.modak_search:
+    plan: "{{ modak_plan.plan }}"
+    state: "{{ modak_plan.plan_dir }}/search.json"
+    record: "{{ modak_round_trials }}"
+  register: modak_search
+"""
+
+RETURN = r"""
+done:
+  description: Whether the search has chosen.
+  returned: always
+  type: bool
+trials:
+  description: The configurations to try in the next round (empty when done).
+  returned: always
+  type: list
+  elements: dict
+steps:
+  description: The next round's steps per trial.
+  returned: when not done
+  type: int
+chosen:
+  description: The chosen configuration.
+  returned: when done
+  type: dict
+rounds:
+  description: Rounds run so far.
+  returned: always
+  type: int
+spent_s:
+  description: Seconds the trials took so far.
+  returned: always
+  type: float
+budget_s:
+  description: The trial budget in seconds.
+  returned: always
+  type: float
+budget:
+  description: How the budget was set.
+  returned: on the first step
+  type: str
+verdicts:
+  description: Per candidate, why it was dropped, rejected or chosen.
+  returned: always
+  type: dict
+job_s:
+  description: The job's time with stock and with the choice, as the trials measured them.
+  returned: when done
+  type: dict
+"""

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1] [--steps 12] [--minutes M] [--store PATH]
-        [--csv modak_lib/data/measurements.csv] [--list]
+        [--csv benchmarks/data/transfer-campaign.csv] [--list]
 
 Every family is an ordinary PyTorch script (``benchmarks/families/``) run through the
 runtime (``python3 -m modak_runtime -- SCRIPT``), as a job runs it, with the MODAK_*
@@ -22,8 +22,9 @@ that load on this shared machine hits them alike.
 
 It is **resumable**: it appends every run to the results store and skips what the store
 already holds (``--repeats`` per configuration), so it can run in pieces (``--minutes``
-stops starting runs after so long).  ``--csv`` then writes the shipped dataset plus the
-store's campaign rows as the dataset MODAK ships.
+stops starting runs after so long).  ``--csv`` then writes the store's campaign rows, the
+dataset that ``modak model eval --data benchmarks/data/transfer-campaign.csv`` evaluates
+(with the shipped dataset).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from modak_lib.perf.probe import run_here  # noqa: E402
-from modak_lib.results import (COLUMNS, SHIPPED, ResultsStore, parse_fom_lines,  # noqa: E402
+from modak_lib.results import (COLUMNS, ResultsStore, parse_fom_lines,  # noqa: E402
                                row_from_fom)
 
 FAMILIES_DIR = ROOT / "benchmarks" / "families"
@@ -133,15 +134,11 @@ def probe(target: str, seconds: float = 6.0) -> dict:
 
 
 def export(store: ResultsStore, path: Path) -> int:
-    """The shipped dataset's rows plus the store's campaign rows (each raw record once)."""
+    """The store's campaign rows (each raw record once) as CSV, for
+    ``modak model eval --data PATH``."""
     import csv
 
     rows, seen = [], set()
-    if SHIPPED.exists():
-        with open(SHIPPED, newline="", encoding="utf-8") as f:
-            for r in csv.DictReader(f):
-                rows.append(r)
-                seen.add(r.get("raw"))
     for r in store.rows():
         if r.get("source") == SOURCE and r.get("raw") not in seen:
             rows.append(r)
@@ -162,7 +159,7 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--minutes", type=float, default=0, help="start no run after so long")
     ap.add_argument("--store", help="results store (default: $MODAK_RESULTS or ~/.local/...)")
-    ap.add_argument("--csv", help="then write the dataset (shipped rows + campaign rows)")
+    ap.add_argument("--csv", help="then write the campaign's rows as CSV")
     ap.add_argument("--list", action="store_true", help="say what is left, run nothing")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()

@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
         m = msub.add_parser(name, help=text, parents=[common])
         m.add_argument("--store", help="results store (default $MODAK_RESULTS or ~/.local/...)")
         m.add_argument("--model-file", help="model artefact (default $MODAK_MODEL or ~/.local/...)")
+        m.add_argument("--data", action="append", default=[], metavar="CSV",
+                       help="more measurements (a campaign's CSV, as the store exports it)")
         if name == "predict":
             m.add_argument("request")
             m.add_argument("--infra")
@@ -215,8 +217,12 @@ def cmd_model(args: argparse.Namespace) -> int:
 
     path = Path(args.model_file) if args.model_file else pf.default_path()
     store = ResultsStore(args.store)
+
+    def data():
+        return load_frame(store, extra=args.data)
+
     if args.model_command == "fit":
-        fitted = pf.fit(load_frame(store))
+        fitted = pf.fit(data())
         fitted.save(path)
         card = fitted.card
         if args.json:
@@ -239,7 +245,7 @@ def cmd_model(args: argparse.Namespace) -> int:
             args.estimator = pf.load(path, say=lambda t: _say(args, t),
                                      store_path=args.store).name \
                 if path.exists() else "linear"
-        result = ev.evaluate(load_frame(store), args.estimator,
+        result = ev.evaluate(data(), args.estimator,
                              compare=args.model_command == "eval")
         if args.model_command == "plot":
             print(f"wrote {ev.plot(result, Path(args.out))}")
@@ -256,7 +262,7 @@ def cmd_model(args: argparse.Namespace) -> int:
     from .readers import read_request
     request = read_request(args.request, infra=args.infra, inputs=_inputs(args.inputs))
     predictor = pf.model_predictor(pf.load(path, say=lambda t: _say(args, t),
-                                           store_path=args.store), load_frame(store))
+                                           store_path=args.store), data())
     plan = make_plan(request, predictor=predictor).plan
     if args.json:
         return _print_json({"candidates": [

@@ -219,13 +219,20 @@ class ResultsStore:
         return len(rows)
 
 
-def load_frame(store: ResultsStore | None = None, include_shipped: bool = True):
-    """All measurements as a pandas DataFrame: the shipped dataset plus the store."""
+def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
+               extra: Iterable[str | Path] = ()):
+    """All measurements as a pandas DataFrame: the shipped dataset, ``extra`` CSV files (a
+    campaign's, as ``export_csv`` writes them) and the store."""
     import pandas as pd
 
     frames = []
     if include_shipped and SHIPPED.exists():
         frames.append(pd.read_csv(SHIPPED))
+    for path in extra:
+        try:
+            frames.append(pd.read_csv(path))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{path}: cannot read measurements ({exc})") from None
     if store is not None and store.path.exists():
         frames.append(pd.DataFrame(store.rows()).drop(columns=["id"]))
     if not frames:

@@ -12,10 +12,11 @@ the non-linear estimators are compared the same way.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from .fit import (CONFIG_KEYS, ModelError, ESTIMATORS, TARGET_KEYS, groups_of, held_out_predictions,
-                  mape, target_id, training_frame, usable)
+from .fit import (CONFIG_KEYS, ESTIMATORS, TARGET_KEYS, ModelError, groups_of,
+                  held_out_predictions, mape, target_id, training_frame, usable)
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 

@@ -19,7 +19,6 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from .. import __version__
 from ..errors import ModakError
 from ..models import Configuration, JobRequest, Prediction
 from ..workload import key as workload_key, label as workload_label
@@ -199,7 +198,8 @@ class FastPredictor:
             self.notes.append(f"{name} (fingerprint {fp}) was not measured on "
                               f"{target.microarchitecture} with {target.cores_per_node} "
                               "cores: predicted from what it and the target are (its "
-                              f"interval is the held-out families' error, x{math.exp(Z90 * sigma):.2f})")
+                              "interval is the held-out families' error, "
+                              f"x{math.exp(Z90 * sigma):.2f})")
         out: list[Optional[Prediction]] = []
         correct = self._knob_effects(rows[0], same, target.cores_per_node) \
             if rows and not lacking else None

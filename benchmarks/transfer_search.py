@@ -1,0 +1,128 @@
+"""Each workload family held out of the model in turn: plan it cold, search, compare.
+
+    .venv/bin/python benchmarks/transfer_search.py --data benchmarks/data/transfer-campaign.csv
+        [--family F ...] [--target 2c] [--job-steps 2000] [--budget 0.1] [--repeats 3]
+
+For each family (``benchmarks/families/``, batch variant 0) on one target of this machine:
+
+1. **cold plan**: the model is fitted on the campaign's measurements *without* that family
+   (and the shipped dataset); it predicts every candidate from the family's fingerprint
+   (as measured by its first run) and the target's probe;
+2. **search**: the budgeted successive-halving search (``modak_lib.perf.search``) over the
+   model's top three candidates and stock, with real short trials of the script through
+   the runtime, within ``--budget`` of the job's expected time (``--job-steps`` at stock's
+   predicted speed);
+3. **compare**, interleaved and repeated: stock, MODAK's final choice and the best
+   configuration of the campaign's grid for that cell, each for ``--steps`` steps through the
+   runtime, with the job time (warm-up + job steps x s/step) and the final loss.
+
+It prints one table: the family, what was chosen, the trial cost, and the three job times.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import transfer_campaign as tc  # noqa: E402
+
+from modak_lib.models import Allocator, Configuration, Precision  # noqa: E402
+from modak_lib.perf.fit import fit, model_predictor  # noqa: E402
+from modak_lib.perf.search import Trial, job_seconds, search  # noqa: E402
+from modak_lib.report import table_lines  # noqa: E402
+from modak_lib.results import load_frame  # noqa: E402
+
+IMAGE = "pytorch-2.13.0-cpu"
+
+
+def config_of(label: str, cores: int) -> Configuration:
+    env = tc.CONFIGS[label]
+    return Configuration(
+        image=IMAGE, compiler="torch.compile:default" if "MODAK_TORCH_COMPILE" in env else None,
+        threads=int(env.get("MODAK_THREADS", cores)),
+        allocator=Allocator(env.get("MODAK_ALLOCATOR", "glibc")),
+        precision=Precision(env.get("MODAK_PRECISION", "fp32")))
+
+
+def label_of(c: Configuration, cores: int) -> str:
+    return next(k for k in tc.CONFIGS if config_of(k, cores) == c)
+
+
+def trial(family: str, target: str, c: Configuration, steps: int, cores: int) -> Trial:
+    rec = tc.run_one(family, 0, target, label_of(c, cores), steps)
+    m = rec["metrics"]
+    failed = None if rec["status"] != "failed" else (rec.get("error") or {}).get("message")
+    return Trial(c, int(m.get("steps") or steps), m.get("s_per_step"),
+                 float(m.get("warmup_s") or 0.0), float(m.get("wall_s") or 0.0),
+                 m.get("final_loss"), failed)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", action="append", required=True)
+    ap.add_argument("--family", action="append", choices=sorted(tc.FAMILIES))
+    ap.add_argument("--target", default="2c", choices=sorted(tc.TARGETS))
+    ap.add_argument("--job-steps", type=int, default=2000)
+    ap.add_argument("--budget", type=float, default=0.1)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    a = ap.parse_args()
+    df = load_frame(None, extra=a.data)
+    cores = tc.cores_of(a.target)
+    labels = tc.configs_for(a.target)
+    rows = []
+    for family in a.family or list(tc.FAMILIES):
+        cell = df[(df["workload"] == family) & (df["run_id"].astype(str).str.contains(
+            f"/b0/{a.target}/"))]
+        if cell.empty:
+            print(f"{family}: not in the campaign's data on {a.target}; skipped", flush=True)
+            continue
+        model = fit(df[df["workload"] != family], estimators=("linear", "linear-main"))
+        rec = cell.iloc[0].to_dict()  # the family's fingerprint and the target's figures
+        configs = [config_of(k, cores) for k in labels]
+        stock = config_of("stock", cores)
+        predictor = model_predictor(model, df[df["workload"] != family])
+        preds = {c: predictor.formula({**rec, **{
+            "compiler": c.compiler or "off", "threads": c.threads,
+            "allocator": c.allocator.value, "precision": c.precision.value,
+            "channels_last": 0, "onednn": 1}}) for c in configs}
+        ranked = sorted(configs, key=lambda c: preds[c])
+        per_step = 2.718281828 ** preds[stock]
+        budget = a.budget * a.job_steps * per_step
+        print(f"== {family}: cold prediction ranks {[label_of(c, cores) for c in ranked[:3]]},"
+              f" budget {budget:.0f} s", flush=True)
+        out = search(ranked[:3], stock, lambda c, n: trial(family, a.target, c, n, cores),
+                     job_steps=a.job_steps, budget_s=budget, first_steps=8)
+        best_label = cell.groupby("run_id")["s_per_step"].median().idxmin().split("/")[-1]
+        compare = {"stock": stock, "chosen": out.chosen, "grid best": config_of(best_label,
+                                                                                 cores)}
+        times: dict[str, list[float]] = {k: [] for k in compare}
+        losses: dict[str, list[float]] = {k: [] for k in compare}
+        for _ in range(a.repeats):
+            for name, c in compare.items():
+                t = trial(family, a.target, c, a.steps, cores)
+                times[name].append(job_seconds(t, a.job_steps))
+                if t.final_loss is not None:
+                    losses[name].append(t.final_loss)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        rows.append([family, label_of(out.chosen, cores), best_label,
+                     f"{out.spent_s:.0f}/{budget:.0f} s", f"{med['stock']:.0f}",
+                     f"{med['chosen']:.0f}", f"{med['grid best']:.0f}",
+                     f"{med['stock'] / med['chosen']:.2f}x",
+                     f"{med['stock'] / med['grid best']:.2f}x",
+                     f"{statistics.median(losses['chosen']) if losses['chosen'] else '-':.4}"
+                     if losses["chosen"] else "-"])
+        print(out.summary(), flush=True)
+    print("\n".join(table_lines(rows, [
+        "family (held out)", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
+        "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss"])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The model's features from fingerprints and probes, the probe on this machine, the cache."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT, request
+
+from modak_lib.perf import features as F
+
+ROW = {"framework": "pytorch", "compiler": "torch.compile:default", "allocator": "glibc",
+       "precision": "bf16", "channels_last": 0, "onednn": 1, "accelerator": None,
+       "trainable_parameters": 1_000_000, "flops_per_step": 6.4e9, "batch_size": 64,
+       "flops_conv": 0.9, "flops_linear": 0.1, "flops_attention": 0.0,
+       "flops_recurrent": float("nan"), "flops_norm": 0.0, "threads": 1, "cores": 2,
+       "gflops_fp32": 100.0, "gflops_bf16": 250.0, "bandwidth_gbs": 20.0}
+
+
+def test_features_describe_the_workload_and_the_target_not_their_names():
+    cats, nums = F.features({**ROW, "workload": "anything", "fingerprint": "fp-x",
+                             "microarchitecture": "zen5"})
+    assert cats == ["pytorch", "torch.compile:default", "glibc", "bf16", "0", "1", "none"]
+    x = dict(zip(F.NUMERIC, nums))
+    assert x["log_params"] == pytest.approx(math.log(1e6))
+    assert x["log_flops_per_sample"] == pytest.approx(math.log(1e8))
+    assert (x["share_conv"], x["share_linear"], x["share_recurrent"]) == (0.9, 0.1, 0.0)
+    assert x["thread_share"] == 0.5 and x["log_gflops"] == pytest.approx(math.log(100))
+    assert x["log_bf16_ratio"] == pytest.approx(math.log(2.5))
+    assert x["log_compute_s"] == pytest.approx(math.log(6.4e9 / 100e9))
+    assert x["log_memory_s"] == pytest.approx(math.log(16e6 / 20e9))
+    # names are not features: another workload name or CPU name changes nothing
+    assert F.features({**ROW, "workload": "other", "microarchitecture": "icelake"}) == (
+        cats, nums)
+
+
+def test_what_the_model_lacks_is_said():
+    assert F.missing(ROW) == []
+    lacking = F.missing({**ROW, "flops_per_step": None, "gflops_fp32": None})
+    assert any("fingerprint" in m for m in lacking) and any("modak probe" in m for m in lacking)
+
+
+def test_one_function_for_fitting_and_planning():
+    pd = pytest.importorskip("pandas")
+    frame = F.frame(pd.DataFrame([ROW, {**ROW, "precision": "fp32", "gflops_bf16": None}]))
+    cats, nums = F.features(ROW)
+    assert list(frame.iloc[0][F.CATEGORICAL]) == cats
+    assert list(frame.iloc[0][F.NUMERIC]) == pytest.approx(nums)
+    assert frame.iloc[1]["log_bf16_ratio"] == 0.0  # no bf16 figure: no ratio
+
+
+def test_the_probe_measures_this_machine_within_a_sane_range():
+    pytest.importorskip("torch")
+    from modak_runtime import probe
+    rec = probe.measure(seconds=2.0)
+    assert rec["modak"] == "probe" and rec["schema"] == probe.SCHEMA
+    assert 1 < rec["gflops_fp32"] < 100_000, rec
+    assert 0.5 < rec["bandwidth_gbs"] < 5_000, rec
+    assert rec["gflops_bf16"] > 0 and rec["threads"] == len(os.sched_getaffinity(0))
+    # capped at AVX2 (no native bf16), bf16 products are far slower than fp32 ones
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", ATEN_CPU_CAPABILITY="avx2")
+    out = subprocess.run([sys.executable, "-m", "modak_runtime.probe", "--seconds", "2"],
+                         capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
+    capped = probe.parse(out.stdout)
+    assert capped["isa_caps"] == {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+    assert capped["gflops_bf16"] / capped["gflops_fp32"] < 0.5 * (
+        rec["gflops_bf16"] / rec["gflops_fp32"])
+
+
+def test_modak_probe_remembers_the_figures_for_the_planner(tmp_path, monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from modak_lib.cli import main
+    from modak_lib.perf.predictor import candidate_rows
+    from modak_lib.planner import decide
+    monkeypatch.setenv("MODAK_PROBES", str(tmp_path / "probes.json"))
+    infra = tmp_path / "infra.yaml"
+    infra.write_text("name: box\nmicroarchitecture: zen4\ncores_per_node: 2\n")
+    assert main(["probe", "--infra", str(infra), "--seconds", "1", "--json"]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    cached = json.loads((tmp_path / "probes.json").read_text())
+    assert list(cached) == ["box|zen4|2|host"] and rec["gflops_fp32"] > 0
+    req = request(target={"name": "box", "microarchitecture": "zen4", "cores_per_node": 2})
+    row = candidate_rows(req, [decide(req).chosen])[0]
+    assert row["gflops_fp32"] == rec["gflops_fp32"]
+    assert row["bandwidth_gbs"] == rec["bandwidth_gbs"]

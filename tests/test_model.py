@@ -182,11 +182,18 @@ def test_a_workload_never_run_falls_back_to_the_prior():
                for n in result.plan.notes), result.plan.notes
 
 
-def test_a_target_never_measured_is_predicted_from_its_figures():
+def test_a_target_never_measured_is_predicted_from_its_figures(monkeypatch):
     """The model speaks for a known workload on a target it never measured, from the
-    target's figures, with the wider interval of held-out families; without figures it
-    says what it lacks and the prior decides."""
+    target's figures, with the wider interval of held-out families - unless that error is
+    too wide to decide with; without figures it says what it lacks and the prior decides."""
+    from modak_lib.perf import predictor as P
     predictor = predictor_for(synthetic(noise=0.02))
+    unseen = predictor.meta["sigma_log_unseen"]  # (two families: one held out is far off)
+    gated = make_plan(mnist_request(microarchitecture="skylake_avx512", cores_per_node=4),
+                      predictor=predictor, run_id="t").plan
+    assert unseen > P.MAX_UNSEEN_SIGMA and gated.decided_by == "prior"
+    assert any("too wide to decide here; trials settle it" in n for n in gated.notes)
+    monkeypatch.setattr(P, "MAX_UNSEEN_SIGMA", unseen + 1)  # a model that transfers
     other = make_plan(mnist_request(microarchitecture="skylake_avx512", cores_per_node=4),
                       predictor=predictor, run_id="t").plan
     assert other.decided_by == "model"

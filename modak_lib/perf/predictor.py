@@ -26,6 +26,9 @@ from . import features as F
 from .probe import target_figures
 
 Z90 = 1.645            # two-sided 90% interval in log space
+# the model decides for a workload or target it never measured only when its error on
+# held-out workload families is below this (log space: within about x1.6 either way)
+MAX_UNSEEN_SIGMA = 0.5
 CONFIG_KEYS = F.CONFIG_KEYS
 MATCH_KEYS = CONFIG_KEYS + ["framework", "batch_size"]
 # a knob (as the runtime names it) -> is it switched on in a configuration row?
@@ -194,7 +197,13 @@ class FastPredictor:
                               + "; ".join(lacking)
                               + (" (measured configurations are answered by their "
                                  "measurements)" if same else ""))
-        if not seen and not lacking:
+        if not seen and not lacking and sigma > MAX_UNSEEN_SIGMA:
+            lacking = [f"a model that transfers: its error on held-out workload families is "
+                       f"x{math.exp(sigma):.2f} (sigma {sigma:.2f} in log space, more than "
+                       f"{MAX_UNSEEN_SIGMA}), too wide to decide here; trials settle it"]
+            self.notes.append(f"the model cannot speak for {name} here: it lacks "
+                              + lacking[0])
+        elif not seen and not lacking:
             self.notes.append(f"{name} (fingerprint {fp}) was not measured on "
                               f"{target.microarchitecture} with {target.cores_per_node} "
                               "cores: predicted from what it and the target are (its "

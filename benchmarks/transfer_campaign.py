@@ -22,7 +22,8 @@ that load on this shared machine hits them alike.
 
 It is **resumable**: it appends every run to the results store and skips what the store
 already holds (``--repeats`` per configuration), so it can run in pieces (``--minutes``
-stops starting runs after so long).  ``--csv`` then writes the store's campaign rows, the
+stops starting runs after so long); an empty store is first filled from ``--csv`` when
+that file exists (the committed campaign).  ``--csv`` then writes the store's campaign rows, the
 dataset that ``modak model eval --data benchmarks/data/transfer-campaign.csv`` evaluates
 (with the shipped dataset).
 """
@@ -168,6 +169,20 @@ def export(store: ResultsStore, path: Path) -> int:
     return len(rows)
 
 
+def seed(store: ResultsStore, path: Path) -> int:
+    """The campaign rows of an exported CSV appended to an empty store, so that a fresh
+    checkout resumes the committed campaign instead of starting again."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
+                for r in csv.DictReader(f) if r.get("source") == SOURCE]
+    if rows:
+        store.append(rows)
+        print(f"resuming from the {len(rows)} runs in {path}", flush=True)
+    return len(rows)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
@@ -182,6 +197,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     store = ResultsStore(a.store)
+    if a.csv and Path(a.csv).exists() and not done(store):
+        seed(store, Path(a.csv))  # a fresh store goes on from the committed campaign
     rng = random.Random(a.seed)
     families = a.family or list(FAMILIES)
     targets = a.target or list(TARGETS)

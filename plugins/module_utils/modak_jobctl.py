@@ -34,10 +34,11 @@ NO_ANSWER = re.compile(r"contact|connect|communication|timed? ?out|socket|refuse
 UNKNOWN = "UNKNOWN"  # not final: the wait goes on
 
 
-def no_answer(command, rc, out, err):
-    """A Status saying the scheduler did not answer, or None when it did."""
+def no_answer(command, rc, out, err, extra=None):
+    """A Status saying the scheduler did not answer, or None when it did; ``extra``: the
+    backend's own "not answering" messages (a compiled pattern), besides the generic ones."""
     text = (err or "") + (out or "")
-    if rc != 0 and NO_ANSWER.search(text):
+    if rc != 0 and (NO_ANSWER.search(text) or (extra is not None and extra.search(text))):
         return Status(UNKNOWN, reason="%s: the scheduler did not answer (%s); still waiting"
                       % (command, " ".join(text.split())[:200]))
     return None
@@ -141,13 +142,6 @@ class Batch(object):
         extra = control.get("silent")
         self.silent = re.compile(extra, re.IGNORECASE) if extra else None
 
-    def _no_answer(self, command, rc, out, err):
-        found = no_answer(command, rc, out, err)
-        if found is None and rc != 0 and self.silent and self.silent.search((err or "") + out):
-            found = Status(UNKNOWN, reason="%s: the scheduler did not answer (%s); still "
-                           "waiting" % (command, " ".join((err or out).split())[:200]))
-        return found
-
     def submit_argv(self, script, stdout, stderr, run_id):
         sub = self.c["submit"]
         argv = list(sub["argv"])
@@ -176,7 +170,7 @@ class Batch(object):
             argv = _fill(query["argv"], {"job_id": job_id})
             rc, out, err = run(argv, check=False)
             if rc != 0:
-                silent = self._no_answer(argv[0], rc, out, err)
+                silent = no_answer(argv[0], rc, out, err, self.silent)
                 if silent and not query.get("quiet_failure"):
                     return silent
                 continue

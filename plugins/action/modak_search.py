@@ -72,17 +72,16 @@ class ActionModule(ActionBase):
         """A new search: the plan's proposed trials (else its top candidates) and stock; the
         job's steps and the budget from what the plan knows."""
         from modak_lib.perf.search import Halving
+        from modak_lib.planner import stock_configuration
 
         ranked = [Configuration(**c["configuration"]) for c in plan["candidates"]]
         trials = [Configuration(**c) for c in plan.get("autotune") or []] or \
             ranked[:args["candidates"]]
-        threads = max(c.threads for c in ranked)
-        plain = [c for c in ranked if c.compiler is None and c.allocator.value == "glibc"
-                 and c.precision.value == "fp32" and c.threads == threads]
-        if not plain:
+        scores = dict((c["configuration"]["image"], c["score"]) for c in plan["candidates"])
+        stock = stock_configuration(ranked, scores, max(c.threads for c in ranked))
+        if stock is None:
             raise AnsibleActionFail("the plan has no stock candidate (no compiler, all "
                                     "cores, glibc, fp32) to compare trials with")
-        stock = plain[0]
         pred = next((c.get("prediction") for c in plan["candidates"]
                      if Configuration(**c["configuration"]) == stock), None) or {}
         per_step = pred.get("seconds")

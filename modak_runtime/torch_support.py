@@ -340,8 +340,8 @@ class _FlopCounter:
             kind = module_kind(module)
             self.stack.append(kind or "")
             if id(module) in roots and fp.batch_size is None:
-                first = next((a for a in args if isinstance(a, self.torch.Tensor)), None)
-                if first is not None and first.dim() >= 1:
+                first = _first_tensor(args, self.torch.Tensor)
+                if first is not None:
                     fp.batch_size = int(first.shape[0])
                     fp.input_shape = [int(d) for d in first.shape[1:]]
 
@@ -404,6 +404,23 @@ class _FlopCounter:
         if self.matmul_dtypes:
             s.effect["matmul_dtype"] = max(self.matmul_dtypes, key=self.matmul_dtypes.get)
         fp.id = fingerprint_id("pytorch", fp)
+
+
+def _first_tensor(value, tensor_type, depth: int = 0):
+    """The first tensor of one or more dimensions in a module's inputs, looking into the
+    tuples, lists and dicts a batch is often passed as (a recommender's (dense, sparse),
+    a dict of named inputs): its first dimension is the batch."""
+    if isinstance(value, tensor_type):
+        return value if value.dim() >= 1 else None
+    if depth > 3:
+        return None
+    items = value.values() if isinstance(value, dict) else (
+        value if isinstance(value, (tuple, list)) else ())
+    for item in items:
+        found = _first_tensor(item, tensor_type, depth + 1)
+        if found is not None:
+            return found
+    return None
 
 
 def fingerprint_id(framework: str, fp) -> str:

@@ -182,6 +182,15 @@ def test_fingerprint_of_a_transformer_counts_attention():
     assert rec["fingerprint"]["trainable_parameters"] == v * d + seq * d + 2 * block + d * v + v
 
 
+def test_fingerprint_finds_the_batch_inside_a_tuple_of_inputs():
+    need("torch")
+    rc, _, rec, err = run(SCRIPTS / "two_inputs.py", "3")
+    assert rc == 0, err
+    fp = rec["fingerprint"]
+    assert fp["batch_size"] == 24 and fp["input_shape"] == [5]  # the first tensor: dense
+    assert fp["flops_per_step"] > 0 and fp["trainable_parameters"] == 100 * 8 + 5 * 8 + 8 + 17
+
+
 # ---------------------------------------------------------------------------
 # failures, the trial cap, the record as the store reads it
 def test_a_compile_failure_names_the_knob_and_is_never_offered_again(tmp_path):

@@ -266,13 +266,20 @@ def test_closed_loop_a_run_moves_the_next_prediction(tmp_path):
 def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
     """The planner's fast path (no scikit-learn) predicts what the fitted pipeline does."""
     from modak_lib.perf.predictor import FastPredictor, LinearFormula
-    for estimators in (("linear",), ("linear-main",)):
+    for estimators in (("linear",), ("linear-main",), ("linear-pairs",)):
         fitted = m.fit(synthetic(noise=0.05, seed=3), estimators=estimators)
         formula = LinearFormula(fitted.meta["light"]["formula"])
         frame = m.training_frame(synthetic(seed=4))
+        # and a workload unlike any measured (1000x the parameters, 1/1000 the FLOPs): the
+        # learned part is held to the measured efficiencies, on both paths alike
+        far = frame.iloc[[0]].assign(trainable_parameters=1e9, flops_per_step=1e7)
+        frame = pd.concat([frame, far], ignore_index=True)
         expected = fitted.predict_log(frame)
         got = [formula(r) for r in frame.to_dict("records")]
         assert np.allclose(got, expected, atol=1e-9)
+        low, high = fitted.card.residual_range
+        learned = got[-1] - F.baseline(frame.iloc[-1].to_dict())
+        assert low <= learned <= high and high - low < 5
     path = tmp_path / "model.joblib"
     fitted.save(path)
     fast = FastPredictor.load(path)

@@ -35,6 +35,19 @@ def test_features_describe_the_workload_and_the_target_not_their_names():
         cats, nums)
 
 
+def test_the_baseline_is_the_steps_arithmetic_at_the_measured_rates():
+    fp32 = {**ROW, "precision": "fp32", "threads": 2}
+    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9))
+    # one thread of two: half the rate
+    assert F.baseline({**fp32, "threads": 1}) == pytest.approx(math.log(2 * 6.4e9 / 100e9))
+    # bf16: the matrix share (conv + linear = all of it here) at the bf16 rate
+    assert F.baseline({**ROW, "threads": 2}) == pytest.approx(math.log(6.4e9 / 250e9))
+    # no native bf16 (1/50 of the fp32 rate): a bf16 step is far slower before any data
+    slow = {**ROW, "threads": 2, "gflops_bf16": 2.0, "flops_conv": 0.5, "flops_linear": 0.0}
+    assert F.baseline(slow) == pytest.approx(math.log(6.4e9 / 100e9 * (0.5 + 0.5 * 50)))
+    assert math.isnan(F.baseline({**ROW, "gflops_fp32": None}))
+
+
 def test_what_the_model_lacks_is_said():
     assert F.missing(ROW) == []
     lacking = F.missing({**ROW, "flops_per_step": None, "gflops_fp32": None})

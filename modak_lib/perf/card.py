@@ -15,7 +15,12 @@ class ModelCard(BaseModel):
     estimator: str
     feature_version: int
     features: list[str]
-    target: str = "log(seconds per step)"
+    target: str = "log(seconds per step) - features.baseline"
+    residual_range: list[float] = Field(
+        default_factory=lambda: [-1e9, 1e9],
+        description="the learned part's predictions are held within this range (log space: "
+                    "the training data's, widened by fit.RANGE_MARGIN): a step is never "
+                    "predicted more or less efficient than any measured one by far")
     rows: int = Field(description="measurements fitted on")
     configurations: int
     families: list[str] = Field(description="workload families in the data")

@@ -13,6 +13,14 @@ features that describe **what** runs and **where**, never **which** by name:
   parameter traffic over the bandwidth (a memory-bound time);
 - the configuration: compiler, allocator, precision, channels-last, oneDNN, threads.
 
+The model does not learn seconds from nothing: it learns how far a step is from its
+**baseline** (:func:`baseline`), the time the step's arithmetic takes at the rates the
+target's probe measured, with the precision and the threads the configuration gives it.
+A target whose bf16 rate is 1/50 of its fp32 rate (no native bf16) makes a bf16
+configuration 50x slower at baseline before any data says so; a job given one thread of two
+gets half the rate.  What the data must teach is only the remaining efficiency: of a layer
+kind, of a compiler, of a small batch.
+
 So a workload never measured on a target, or a target never seen, is described by numbers
 the model has seen the like of.  Standard library only: the planner evaluates an exported
 linear model with these features without pandas or scikit-learn.
@@ -22,16 +30,19 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 2  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 3  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 SHARES = ["conv", "linear", "attention", "recurrent", "norm"]  # (+ other = the rest)
+MATMUL = ["conv", "linear", "attention", "recurrent"]  # the shares reduced precision speeds up
 CATEGORICAL = ["framework", "compiler", "allocator", "precision", "channels_last", "onednn",
                "accelerator"]
 NUMERIC = ["log_params", "log_flops_per_sample", "log_batch",
            *[f"share_{k}" for k in SHARES],
            "log_threads", "thread_share", "log_gflops", "log_bf16_ratio", "log_bandwidth",
            "log_compute_s", "log_memory_s"]
+# the bounded numbers a knob's effect is allowed to depend on in the linear model
+CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
 TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 
@@ -90,6 +101,33 @@ def features(row: dict[str, Any]) -> tuple[list[str], list[float]]:
             _log(params * BYTES_PER_PARAMETER / (bandwidth * 1e9)) if bandwidth > 0
             else math.nan]
     return cats, nums
+
+
+def baseline(row: dict[str, Any]) -> float:
+    """log seconds of a step's arithmetic at the target's measured rates: its FLOPs at the
+    fp32 rate, the matrix share of them (:data:`MATMUL`) at the bf16 rate under bf16, the
+    rate scaled by the share of the cores the job's threads get.  NaN when a figure is
+    missing (``missing`` says which)."""
+    flops, gflops = _float(row.get("flops_per_step")), _float(row.get("gflops_fp32"))
+    if not (flops > 0 and gflops > 0):
+        return math.nan
+    threads, cores = _float(row.get("threads")), _float(row.get("cores"))
+    share = min(1.0, threads / cores) if threads > 0 and cores > 0 else 1.0
+    seconds = flops / (gflops * 1e9 * share)
+    bf16 = _float(row.get("gflops_bf16"))
+    if _text(row.get("precision"), "fp32") == "bf16" and bf16 > 0:
+        shares = [_float(row.get(f"flops_{k}")) for k in MATMUL]
+        matmul = sum(v for v in shares if v == v)
+        matmul = min(1.0, matmul) if matmul > 0 else 1.0
+        seconds *= (1.0 - matmul) + matmul * gflops / bf16
+    return math.log(seconds)
+
+
+def baselines(df):
+    """:func:`baseline` of every row of a pandas frame, as a numpy array."""
+    import numpy as np
+
+    return np.array([baseline(r) for r in df.to_dict("records")], dtype=float)
 
 
 def frame(df):

@@ -28,6 +28,8 @@ from ..paths import data_file
 from . import features as F
 from .card import ModelCard
 
+RANGE_MARGIN = 0.5     # log space (x1.65): how far beyond the measured efficiencies a prediction
+#                        may go
 PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
 TARGET_KEYS = ["fingerprint", "workload", "framework", "microarchitecture", "cores", "batch_size",
                "image_size"]
@@ -54,7 +56,8 @@ def library_versions() -> dict[str, str]:
 
 def training_frame(df):
     """The rows the model learns from: successful runs with a fingerprint and the target's
-    measured figures; ``y`` = log(seconds per step)."""
+    measured figures; ``y`` = log(seconds per step) (the estimators learn ``y`` minus the
+    row's ``features.baseline``)."""
     import numpy as np
 
     df = df.copy()
@@ -121,30 +124,83 @@ def _floor_scaler():
     return _FLOOR_SCALER
 
 
-def __getattr__(name: str):  # pickle looks the class up by name
+_CROSSED = None
+
+
+def _crossed():
+    """The transformer of the linear model's terms (made on first use, like the scaler)."""
+    global _CROSSED
+    if _CROSSED is None:
+        from sklearn.base import BaseEstimator, TransformerMixin
+
+        class Crossed(TransformerMixin, BaseEstimator):
+            """Every input, and each category column times each of the ``crossed``
+            numeric columns.
+
+            The inputs are [one-hot categories ..., ``n_numeric`` scaled numbers]: a knob's
+            effect may depend on what the workload and the target are (bf16 speeds up a
+            convolution-heavy step, not a recurrent one), so it is crossed with the numbers
+            that are bounded (FLOP shares, the thread share, the bf16/fp32 ratio).  Sizes
+            are not crossed and two numbers are never multiplied: such products extrapolate
+            wildly to a workload unlike the others.  ``terms_`` lists the indices multiplied
+            in each output column, as ``predictor.LinearFormula`` evaluates them."""
+
+            def __init__(self, n_numeric: int = 0, crossed: tuple = ()):
+                self.n_numeric = n_numeric
+                self.crossed = crossed
+
+            def fit(self, X, y=None):
+                width = X.shape[1]
+                first_num = width - self.n_numeric
+                self.terms_ = [[i] for i in range(width)] + [
+                    [c, first_num + n] for c in range(first_num) for n in self.crossed]
+                return self
+
+            def transform(self, X):
+                import numpy as np
+                X = np.asarray(X, dtype=float)
+                return np.column_stack([X[:, t].prod(axis=1) for t in self.terms_])
+
+        Crossed.__module__ = __name__
+        Crossed.__qualname__ = "Crossed"
+        _CROSSED = Crossed
+    return _CROSSED
+
+
+def __getattr__(name: str):  # pickle looks the classes up by name
     if name == "FloorScaler":
         return _floor_scaler()
+    if name == "Crossed":
+        return _crossed()
     raise AttributeError(name)
+
+
+def _ridge():
+    from sklearn.linear_model import RidgeCV
+    import numpy as np
+    return RidgeCV(alphas=np.logspace(-3, 3, 13))
 
 
 def make_estimator(name: str):
     from sklearn.compose import ColumnTransformer
     from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
-    from sklearn.linear_model import RidgeCV
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
-    import numpy as np
 
     pre = ColumnTransformer([
         ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), F.CATEGORICAL),
         ("num", _floor_scaler()(), F.NUMERIC)])
-    if name == "linear":  # the seed paper's linear model, with pairwise interactions
+    if name == "linear":  # the seed paper's linear model; knob effects per workload/target
+        crossed = tuple(F.NUMERIC.index(k) for k in F.CROSSED)
+        return Pipeline([("pre", pre), ("inter", _crossed()(len(F.NUMERIC), crossed)),
+                         ("reg", _ridge())])
+    if name == "linear-pairs":  # every pairwise product (numbers times numbers too)
         return Pipeline([("pre", pre),
                          ("inter", PolynomialFeatures(2, interaction_only=True,
                                                       include_bias=False)),
-                         ("reg", RidgeCV(alphas=np.logspace(-3, 2, 11)))])
+                         ("reg", _ridge())])
     if name == "linear-main":  # main effects only (a baseline)
-        return Pipeline([("pre", pre), ("reg", RidgeCV(alphas=np.logspace(-3, 2, 11)))])
+        return Pipeline([("pre", pre), ("reg", _ridge())])
     if name == "gbr":
         return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
     if name == "forest":
@@ -152,7 +208,7 @@ def make_estimator(name: str):
     raise ModelError(f"unknown estimator {name!r}")
 
 
-ESTIMATORS = ("linear", "linear-main", "gbr", "forest")
+ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest")
 QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not minutes)
 
 
@@ -179,7 +235,8 @@ def held_out_predictions(df, name: str, by: str = "configuration"):
     """Predictions of log s/step, each with its group (``groups_of``) left out of the fit."""
     import numpy as np
 
-    X, y = F.frame(df), df["y"].to_numpy()
+    X, base = F.frame(df), F.baselines(df)
+    y = df["y"].to_numpy() - base
     groups = groups_of(df, by)
     pred = np.full(len(df), np.nan)
     for g in groups.unique():
@@ -187,8 +244,20 @@ def held_out_predictions(df, name: str, by: str = "configuration"):
         if test.all():
             continue
         est = make_estimator(name).fit(X[~test], y[~test])
-        pred[test] = est.predict(X[test])
+        pred[test] = np.clip(est.predict(X[test]), *residual_range(y[~test])) + base[test]
     return pred
+
+
+def residual_range(y) -> list[float]:
+    """The range the learned part may predict in: the measured one, widened by RANGE_MARGIN.
+    A linear model extrapolates a family unlike the others (ten times the parameters) into
+    efficiencies no step ever had; the baseline carries what is physical, the clip holds
+    the rest to what was seen."""
+    import numpy as np
+    y = np.asarray(y, float)
+    y = y[~np.isnan(y)]
+    return [float(y.min()) - RANGE_MARGIN, float(y.max()) + RANGE_MARGIN] if len(y) else \
+        [-1e9, 1e9]
 
 
 def mape(measured, predicted) -> float:
@@ -222,7 +291,9 @@ class FittedModel:
         side.replace(path.with_suffix(".json"))
 
     def predict_log(self, frame):
-        return self.estimator.predict(F.frame(frame))
+        import numpy as np
+        return (np.clip(self.estimator.predict(F.frame(frame)), *self.card.residual_range)
+                + F.baselines(frame))
 
 
 def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedModel:
@@ -254,10 +325,13 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
     loco = residual[best] if by == "configuration" else (
         df["y"].to_numpy() - held_out_predictions(df, best, "configuration"))
     loco = loco[~np.isnan(loco)]
-    est = make_estimator(best).fit(F.frame(df), df["y"].to_numpy())
+    learned = df["y"].to_numpy() - F.baselines(df)
+    est = make_estimator(best).fit(F.frame(df), learned)
+    bounds = residual_range(learned)
     light: dict[str, Any] = {"workloads": workloads}
-    if best in ("linear", "linear-main"):
-        light.update(formula=export_linear(est), measured=measured_groups(every))
+    if best.startswith("linear"):
+        light.update(formula={**export_linear(est), "range": bounds},
+                     measured=measured_groups(every))
     card = ModelCard(
         model_id=f"{best}-{fingerprint(df)}", estimator=best,
         feature_version=F.FEATURE_VERSION, features=F.CATEGORICAL + F.NUMERIC,
@@ -266,7 +340,7 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
         targets=sorted(target_id(df).unique()), data_fingerprint=fingerprint(df),
         held_out_by=by, held_out_mape={k: round(v, 4) for k, v in scores.items()},
         sigma_log=round(float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma, 4),
-        sigma_log_unseen=round(sigma, 4), versions=library_versions(),
+        sigma_log_unseen=round(sigma, 4), versions=library_versions(), residual_range=bounds,
         fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), light=light)
     keep = every[TARGET_KEYS + CONFIG_KEYS + list(F.TARGET_FIGURES)
                  + ["s_per_step", "accelerator", "source"]].copy()
@@ -278,8 +352,10 @@ def export_linear(est) -> dict[str, Any]:
     pre, reg = est.named_steps["pre"], est.named_steps["reg"]
     cat, num = pre.named_transformers_["cat"], pre.named_transformers_["num"]
     terms = None
-    if "inter" in est.named_steps:
-        terms = [[i for i, p in enumerate(row) if p] for row in est.named_steps["inter"].powers_]
+    inter = est.named_steps.get("inter")
+    if inter is not None:
+        terms = (inter.terms_ if hasattr(inter, "terms_") else
+                 [[i for i, p in enumerate(row) if p] for row in inter.powers_])
     return {"categories": [[str(c) for c in cats] for cats in cat.categories_],
             "mean": num.mean_.tolist(), "scale": num.scale_.tolist(), "terms": terms,
             "coef": reg.coef_.tolist(), "intercept": float(reg.intercept_)}

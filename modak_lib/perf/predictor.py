@@ -78,13 +78,16 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
 
 
 class LinearFormula:
-    """y = intercept + coef . terms(onehot(cats) ++ (nums - mean) / scale)."""
+    """log s/step = baseline + clip(intercept + coef . terms(onehot(cats) ++ (nums - mean) /
+    scale), range) (``features.baseline``: the step's arithmetic at the target's measured
+    rates; ``range``: the efficiencies measured, widened)."""
 
     def __init__(self, spec: dict[str, Any]):
         self.categories = spec["categories"]
         self.mean, self.scale = spec["mean"], spec["scale"]
         self.terms = spec.get("terms")  # interaction terms: lists of base indices
         self.coef, self.intercept = spec["coef"], spec["intercept"]
+        self.low, self.high = spec.get("range", [-1e9, 1e9])
 
     def __call__(self, row: dict[str, Any]) -> float:
         cats, nums = F.features(row)
@@ -94,7 +97,8 @@ class LinearFormula:
         x.extend((v - m) / sc if sc else 0.0 for v, m, sc in zip(nums, self.mean, self.scale))
         if self.terms is not None:
             x = [math.prod(x[i] for i in term) for term in self.terms]
-        return self.intercept + sum(c * v for c, v in zip(self.coef, x))
+        learned = self.intercept + sum(c * v for c, v in zip(self.coef, x))
+        return F.baseline(row) + min(self.high, max(self.low, learned))
 
 
 class FastPredictor:

@@ -359,6 +359,10 @@ class Plan(Strict):
     walltime_s: Optional[int] = Field(None, description="the job's wall-time limit")
     autotune: tuple[Configuration, ...] = Field(
         (), description="candidates a short autotuning trial should measure")
+    search: bool = Field(
+        False, description="the deploy runs the budgeted search over ``autotune`` before the "
+        "job: autotuning is enabled and the model cannot settle the choice (a workload or "
+        "target it cannot speak for, or top candidates within its uncertainty)")
     app_files: tuple[str, ...] = Field(
         (), description="the user's files the run directory receives (with modak_runtime/)")
     notes: tuple[str, ...] = ()

@@ -54,6 +54,7 @@ class Decision:
     candidates: tuple[Candidate, ...]
     decided_by: str
     autotune: tuple[Configuration, ...]
+    search: bool
     match: Match
     matches: tuple[Match, ...]
     resources: Resources
@@ -300,16 +301,26 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             configs, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
         best, best_p = ranked[0]
 
-    # close calls are settled by measuring: propose a short trial of the top candidates
+    # what the model cannot settle is settled by measuring: short trials of the top
+    # candidates and stock (the deploy runs them first when autotuning is enabled)
     autotune: tuple[Configuration, ...] = ()
     top = [p for _, p in ranked[:AUTOTUNE_K] if p is not None]
+    unsettled = None
     if decided_by == "model" and len(top) > 1 and top[1].low <= top[0].high \
             and not top[0].measured:
+        unsettled = f"the top {min(len(ranked), AUTOTUNE_K)} candidates are within the " \
+            "model's uncertainty"
+    elif decided_by == "prior" and len(ranked) > 1:
+        unsettled = "the model cannot speak for this workload on this target"
+    if (unsettled or request.optimisation.enable_autotuning) and len(ranked) > 1:
         autotune = _with_stock(tuple(c for c, _ in ranked[:AUTOTUNE_K]), stock)
-        notes.append(f"the top {len(autotune)} candidates are within the model's uncertainty: "
-                     "an autotuning trial (playbooks/autotune.yml) would settle it")
-    elif request.optimisation.enable_autotuning and len(ranked) > 1:
-        autotune = _with_stock(tuple(c for c, _ in ranked[:AUTOTUNE_K]), stock)
+    search = bool(unsettled) and request.optimisation.enable_autotuning and force is None
+    if unsettled and search:
+        notes.append(f"{unsettled}: the deploy first runs short trials of "
+                     f"{len(autotune)} candidates, stock among them (a budgeted search)")
+    elif unsettled and force is None:
+        notes.append(f"{unsettled}: short trials would settle it (enable autotuning in the "
+                     "request, and the deploy runs them first; or playbooks/autotune.yml)")
     if force is not None:
         index = next((i for i, (c, _) in enumerate(ranked) if c == force), None)
         if index is None:
@@ -340,6 +351,6 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                                     prediction=pred, reason=reason))
     match = next(m for m in matches if m.variant.id == best.image)
     return Decision(chosen=best, candidates=tuple(candidates), decided_by=decided_by,
-                    autotune=autotune,
+                    autotune=autotune, search=search,
                     match=match, matches=tuple(matches), resources=res, runtime=runtime,
                     launcher=outer, inner_launcher=inner, notes=tuple(notes))

@@ -331,6 +331,45 @@ def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path):
     assert abs(first["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
 
 
+def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path):
+    """The deploy itself runs the budgeted search when the model cannot speak for the
+    workload (a new script) and the request enables autotuning: trials through the job
+    path (stock among them), then the job with the search's choice; run again, nothing
+    runs twice."""
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    request = user_project(tmp_path)
+    doc = json.loads(request.read_text())
+    doc["job"]["optimisation"]["enable_autotuning"] = True
+    request.write_text(json.dumps(doc))
+    search = {"modak_autotune_k": 2, "modak_autotune_steps": 4, "modak_autotune_rounds": 1,
+              "modak_autotune_budget": 1.0}
+    proc, env = _local_deploy(tmp_path, request, **search)
+    _ok(proc)
+    assert re.search(r"chose (.+?) after (\d+) trials in 1 round", proc.stdout), \
+        proc.stdout[-3000:]
+    rows = ResultsStore(tmp_path / "store.sqlite").rows()
+    trials = [r for r in rows if r["source"] == "autotune"]
+    jobs = [r for r in rows if r["source"] != "autotune"]
+    assert len(trials) >= 2 and all(r["steps"] == 4 for r in trials)
+    assert any(r["compiler"] == "off" and r["allocator"] == "glibc" and r["precision"] == "fp32"
+               and r["threads"] == r["cores"] for r in trials)  # stock was measured
+    (job,) = jobs
+    assert job["steps"] == 12 and job["status"] == "ok"  # the whole job, uncapped
+    plans = [json.loads(p.read_text()) for p in (tmp_path / "plans").glob("*/plan.json")]
+    (final,) = [p for p in plans if p["decided_by"] == "autotune" and
+                "MODAK_MAX_STEPS" not in p["environment"]]
+    first = next(p for p in plans if p["search"])
+    assert len(first["autotune"]) == len(trials)
+    assert {k: job[k] for k in ("compiler", "allocator", "precision", "threads")} == {
+        "compiler": final["chosen"]["compiler"] or "off",
+        "allocator": final["chosen"]["allocator"], "precision": final["chosen"]["precision"],
+        "threads": final["chosen"]["threads"]}
+    again, _ = _local_deploy(tmp_path, request, **search)
+    _ok(again)
+    assert ResultsStore(tmp_path / "store.sqlite").count() == len(rows)
+
+
 def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it_again(
         tmp_path):
     """Local connection: a user's script on a front-end whose compiler cache cannot be

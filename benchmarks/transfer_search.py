@@ -1,13 +1,15 @@
 """Each workload family held out of the model in turn: plan it cold, search, compare.
 
     .venv/bin/python benchmarks/transfer_search.py --data benchmarks/data/transfer-campaign.csv
-        [--family F ...] [--target 2c] [--job-steps 2000] [--budget 0.1] [--repeats 3]
+        [--family F ...] [--target 2c] [--job-steps 5000] [--budget 0.1] [--repeats 3]
+        [--estimators linear,gbr]
 
 For each family (``benchmarks/families/``, batch variant 0) on one target of this machine:
 
 1. **cold plan**: the model is fitted on the campaign's measurements *without* that family
-   (and the shipped dataset); it predicts every candidate from the family's fingerprint
-   (as measured by its first run) and the target's probe;
+   (and the shipped dataset; the estimators of ``--estimators``, the better on held-out
+   families kept, as ``modak model fit`` does); it ranks every candidate from the family's
+   fingerprint (as its first run measures it) and the target's probe;
 2. **search**: the budgeted successive-halving search (``modak_lib.perf.search``) over the
    model's top three candidates and stock, with real short trials of the script through
    the runtime, within ``--budget`` of the job's expected time (``--job-steps`` at stock's
@@ -67,7 +69,8 @@ def main() -> int:
     ap.add_argument("--data", action="append", required=True)
     ap.add_argument("--family", action="append", choices=sorted(tc.FAMILIES))
     ap.add_argument("--target", default="2c", choices=sorted(tc.TARGETS))
-    ap.add_argument("--job-steps", type=int, default=2000)
+    ap.add_argument("--job-steps", type=int, default=5000)
+    ap.add_argument("--estimators", default="linear,gbr")
     ap.add_argument("--budget", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
@@ -82,7 +85,7 @@ def main() -> int:
         if cell.empty:
             print(f"{family}: not in the campaign's data on {a.target}; skipped", flush=True)
             continue
-        model = fit(df[df["workload"] != family], estimators=("linear", "linear-main"))
+        model = fit(df[df["workload"] != family], estimators=a.estimators.split(","))
         rec = cell.iloc[0].to_dict()  # the family's fingerprint and the target's figures
         configs = [config_of(k, cores) for k in labels]
         stock = config_of("stock", cores)
@@ -94,8 +97,9 @@ def main() -> int:
         ranked = sorted(configs, key=lambda c: preds[c])
         per_step = 2.718281828 ** preds[stock]
         budget = a.budget * a.job_steps * per_step
-        print(f"== {family}: cold prediction ranks {[label_of(c, cores) for c in ranked[:3]]},"
-              f" budget {budget:.0f} s", flush=True)
+        print(f"== {family}: the {model.name} model (held-out families' MAPE "
+              f"{model.card.held_out_mape.get(model.name, float('nan')):.0%}) ranks "
+              f"{[label_of(c, cores) for c in ranked[:3]]}, budget {budget:.0f} s", flush=True)
         out = search(ranked[:3], stock, lambda c, n: trial(family, a.target, c, n, cores),
                      job_steps=a.job_steps, budget_s=budget, first_steps=8)
         best_label = cell.groupby("run_id")["s_per_step"].median().idxmin().split("/")[-1]
@@ -110,7 +114,8 @@ def main() -> int:
                 if t.final_loss is not None:
                     losses[name].append(t.final_loss)
         med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append([family, label_of(out.chosen, cores), best_label,
+        rows.append([family, model.name, label_of(ranked[0], cores),
+                     label_of(out.chosen, cores), best_label,
                      f"{out.spent_s:.0f}/{budget:.0f} s", f"{med['stock']:.0f}",
                      f"{med['chosen']:.0f}", f"{med['grid best']:.0f}",
                      f"{med['stock'] / med['chosen']:.2f}x",
@@ -119,7 +124,7 @@ def main() -> int:
                      if losses["chosen"] else "-"])
         print(out.summary(), flush=True)
     print("\n".join(table_lines(rows, [
-        "family (held out)", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
+        "family (held out)", "model", "model's first", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
         "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss"])))
     return 0
 

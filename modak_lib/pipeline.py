@@ -26,6 +26,15 @@ from .shell import Word, join
 
 JOB_SCRIPT = "job.sh"
 RUNTIME_MODULE = "modak_runtime"  # shipped into the run directory next to the job script
+PROBE_SECONDS = 6  # the in-job probe of a target whose figures are unknown (about 8 s in all)
+
+
+def probe_needed(target) -> bool:
+    """Whether the job should measure its target first: neither its infrastructure file
+    nor an earlier probe gave its GFLOP/s and bandwidth."""
+    from .perf.probe import target_figures
+    figures = target_figures(target)
+    return not (figures.get("gflops_fp32") and figures.get("bandwidth_gbs"))
 FORMAT_RUNTIME = {"apptainer": "apptainer", "containerfile": "podman",
                   "charliecloud": "charliecloud"}
 
@@ -152,6 +161,13 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
         words.append(app.script)
     words += list(app.arguments)
 
+    # a target whose figures are unknown is probed once, by the job, in its image
+    probe = ""
+    if workload.wrappable(app) and probe_needed(target):
+        probe = join(runtime.launch(reference, {}, res.gpus_per_node)
+                     + [app.executable, "-m", f"{RUNTIME_MODULE}.probe", "--seconds",
+                        str(PROBE_SECONDS)])
+
     chosen_label = cfg.label()
 
     def script_for(rid: str) -> str:
@@ -160,7 +176,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
             decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
             job_id_vars=scheduler.job_id_vars, submit_dir_vars=scheduler.submit_dir_vars,
-            stop=runtime.stop())
+            stop=runtime.stop(), probe=probe)
 
     # the default run id is the script's own hash: the same script is the same run (never
     # submitted twice); anything that changes the script (another image, another choice)

@@ -136,14 +136,15 @@ def content_hash(text: str, extra: dict[str, Any] | None = None) -> str:
 def render_job_script(*, directives: list[str], exports: dict[str, str], launch: str,
                       source: str, chosen: str, decided_by: str, run_id: str,
                       job_id_vars: tuple[str, ...] = (), submit_dir_vars: tuple[str, ...] = (),
-                      app_digest: str = "", stop: str | None = None) -> str:
+                      app_digest: str = "", stop: str | None = None, probe: str = "") -> str:
     """``job_id_vars``/``submit_dir_vars``: the scheduler's variables naming the job and the
-    directory it was submitted from (the first set wins), where it has them."""
+    directory it was submitted from (the first set wins), where it has them; ``probe``: the
+    command that measures the target first (empty: its figures are known)."""
     return render("jobs/job.sh.j2", directives=directives, exports=exports, launch=launch,
                   source=source, chosen=chosen, decided_by=decided_by, run_id=run_id,
                   job_id=_first_set(job_id_vars, "$$"),
                   submit_dir=_first_set(submit_dir_vars, "$PWD") if submit_dir_vars else None,
-                  app_digest=app_digest, stop=stop)
+                  app_digest=app_digest, stop=stop, probe=probe)
 
 
 def _first_set(names: tuple[str, ...], otherwise: str) -> str:

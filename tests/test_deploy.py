@@ -306,29 +306,42 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
     env = {"MODAK_RESULTS": str(deploy.store.path), "MODAK_MODEL": str(deploy.tmp / "model.joblib")}
     again = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local-frontend.yaml"))
     assert again["decided_by"] == "model"
-    first = again["candidates"][0]
-    assert first["configuration"] == plan["chosen"]
-    assert first["prediction"]["source"] == "measured median of 1 run(s)"
-    assert abs(first["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
+    (ran,) = [c for c in again["candidates"] if c["configuration"] == plan["chosen"]]
+    assert ran["prediction"]["source"] == "measured median of 1 run(s)"
+    assert abs(ran["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
+    # the others are predicted on the level this run measured
+    assert all("measured" in c["prediction"]["source"] for c in again["candidates"]
+               if c["prediction"])
 
 
-def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path):
+def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, monkeypatch):
     if not shutil.which("ansible-playbook"):
         pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    # a target never probed: its job measures it first, and the figures are remembered
+    monkeypatch.setenv("MODAK_PROBES", str(tmp_path / "probes.json"))
     request = user_project(tmp_path)
     proc, env = _local_deploy(tmp_path, request)
     _ok(proc)
     assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
     (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
     assert row["status"] == "ok" and row["steps"] == 12 and row["fingerprint"].startswith("fp-")
+    assert "-m modak_runtime.probe" in next((tmp_path / "plans").glob("*/job.sh")).read_text()
+    probes = json.loads((tmp_path / "probes.json").read_text())
+    (probe,) = probes.values()
+    assert probe["gflops_fp32"] > 1 and probe["bandwidth_gbs"] > 0.5
+    assert row["gflops_fp32"] == probe["gflops_fp32"]  # the run is described by them
     run_dir = next((tmp_path / "runs").iterdir())
     assert (run_dir / "train.py").read_text() == (request.parent / "train.py").read_text()
     assert not (run_dir / "notes.txt").exists() and (run_dir / "modak_runtime").is_dir()
-    again = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local.yaml"))
-    first = again["candidates"][0]
+    plan = json.loads(next((tmp_path / "plans").glob("*/plan.json")).read_text())
+    again = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local.yaml"),
+                       "--out", str(tmp_path / "again"))
     assert again["decided_by"] == "model"
-    assert first["prediction"]["source"] == "measured median of 1 run(s)"
-    assert abs(first["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
+    # known now: the next job does not probe again
+    assert "modak_runtime.probe" not in (tmp_path / "again" / "job.sh").read_text()
+    (ran,) = [c for c in again["candidates"] if c["configuration"] == plan["chosen"]]
+    assert ran["prediction"]["source"] == "measured median of 1 run(s)"
+    assert abs(ran["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
 
 
 def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path):

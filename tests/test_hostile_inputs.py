@@ -330,7 +330,10 @@ def _inert(name: str, script: str, files: dict) -> None:
         assert args.rdzv_endpoint == "" and "--rdzv-endpoint=evil:1" in args.training_script_args
     elif name == "args-dash-srun":
         # srun's options end at the program: the user's words follow python3 and the script
-        assert words[words.index("python3") + 4:][:3] == ["train.py", "--export=ALL", "-o"]
+        # (the application's python3: a probe of the target may run python3 before it)
+        app = next(i for i, w in enumerate(words)
+                   if w == "python3" and words[i + 1:i + 4] == ["-m", "modak_runtime", "--"])
+        assert words[app + 4:][:3] == ["train.py", "--export=ALL", "-o"]
     elif name == "compiler-modes-repeated":
         plan = json.loads(Path("out/plan.json").read_text())
         compilers = [c["configuration"]["compiler"] for c in plan["candidates"]]

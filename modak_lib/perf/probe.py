@@ -73,6 +73,21 @@ def remember(target: Any, record: dict[str, Any], image: str = "host") -> Path:
     return write_atomic(path.parent, path.name, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
+def remember_job_probe(target: Any, output: str, image: str) -> Optional[dict[str, Any]]:
+    """The probe a job ran first (its JSON line in the job's output), remembered for its
+    target and image; None when the output has none, or it measured nothing."""
+    from datetime import datetime, timezone
+
+    from modak_runtime import probe
+
+    rec = probe.parse(output)
+    if not rec or rec.get("error") or not rec.get("gflops_fp32"):
+        return None
+    rec.setdefault("probed_at", datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    remember(target, rec, image)
+    return {k: rec.get(k) for k in TARGET_FIGURES}
+
+
 def run_here(seconds: float = 8.0, env: Optional[dict[str, str]] = None,
              cpus: Optional[Sequence[int]] = None, python: str = sys.executable
              ) -> dict[str, Any]:

@@ -36,7 +36,8 @@ class ActionModule(ActionBase):
         plan = args["plan"]
         try:
             with open(args["output"], errors="replace") as f:
-                records = parse_fom_lines(f.read())
+                text = f.read()
+            records = parse_fom_lines(text)
         except (IOError, OSError) as exc:
             raise AnsibleActionFail("cannot read the job output %s: %s" % (args["output"], exc))
         if not records:
@@ -57,7 +58,12 @@ class ActionModule(ActionBase):
             # the target's measured figures (its infrastructure file's, else its probe's):
             # what the performance model describes the target by
             from modak_lib.models import Target
-            from modak_lib.perf.probe import target_figures
+            from modak_lib.perf.probe import remember_job_probe, target_figures
+            # (a job on a target whose figures were unknown measured them first)
+            probed = remember_job_probe(Target(**target), text,
+                                        (plan.get("image") or {}).get("reference") or "host")
+            if probed:
+                result["probed"] = probed
             figures = target_figures(Target(**target))
             rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
                                  image=plan["image"]["variant"], target=target["name"],

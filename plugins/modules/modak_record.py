@@ -97,6 +97,13 @@ fingerprint:
   description: The workload's fingerprint id.
   returned: when figures were found
   type: str
+probed:
+  description:
+    - The target's figures (gflops_fp32, gflops_bf16, bandwidth_gbs) that the job measured
+      first, because they were not known; they are remembered for the target and its image
+      and describe it to the performance model from then on.
+  returned: when the job probed its target
+  type: dict
 refit:
   description: The id of the refitted model, or why the refit was skipped.
   returned: when figures were found

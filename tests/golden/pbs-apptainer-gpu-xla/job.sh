@@ -11,6 +11,9 @@ set -uo pipefail
 cd "${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}}" || exit 1
 export MODAK_RUN_ID=test-run
 
+# This target's figures are not known yet: measure them once (GFLOP/s, bandwidth), in the
+# job's own image and allocation; MODAK's model describes the target by them.
+apptainer exec --nv --cleanenv --bind "$PWD":/work --pwd /work "$HOME"/modak-images/modak_tensorflow-2.1.0-gpu_e5e70c954422.sif python3 -m modak_runtime.probe --seconds 6 || echo "modak: the target's probe failed; the job goes on" >&2
 modak_start=$(date +%s.%N)
 apptainer exec --nv --cleanenv --bind "$PWD":/work --pwd /work --env OMP_NUM_THREADS=8 --env MKL_NUM_THREADS=8 --env MODAK_THREADS=8 --env TF_NUM_INTRAOP_THREADS=8 --env TF_NUM_INTEROP_THREADS=2 --env TF_XLA_FLAGS=--tf_xla_auto_jit=2 --env MODAK_JIT_COMPILE=1 --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=train --env MODAK_WORKLOAD_KEY=wk-c952cb5cd0d8ea0c "$HOME"/modak-images/modak_tensorflow-2.1.0-gpu_e5e70c954422.sif python3 -m modak_runtime -- train.py --batch-size 96
 modak_rc=$?

@@ -105,15 +105,20 @@ def main() -> int:
         best_label = cell.groupby("run_id")["s_per_step"].median().idxmin().split("/")[-1]
         compare = {"stock": stock, "chosen": out.chosen, "grid best": config_of(best_label,
                                                                                  cores)}
-        times: dict[str, list[float]] = {k: [] for k in compare}
-        losses: dict[str, list[float]] = {k: [] for k in compare}
+        # each distinct configuration runs once per repeat (a choice that is stock, or the
+        # grid's best, is the same runs: two measurements of one configuration would only
+        # show the noise as a speed-up)
+        distinct = list(dict.fromkeys(compare.values()))
+        times: dict[Configuration, list[float]] = {c: [] for c in distinct}
+        losses: dict[Configuration, list[float]] = {c: [] for c in distinct}
         for _ in range(a.repeats):
-            for name, c in compare.items():
+            for c in distinct:
                 t = trial(family, a.target, c, a.steps, cores)
-                times[name].append(job_seconds(t, a.job_steps))
+                times[c].append(job_seconds(t, a.job_steps))
                 if t.final_loss is not None:
-                    losses[name].append(t.final_loss)
-        med = {k: statistics.median(v) for k, v in times.items()}
+                    losses[c].append(t.final_loss)
+        med = {k: statistics.median(times[c]) for k, c in compare.items()}
+        losses = {k: losses[c] for k, c in compare.items()}
         rows.append([family, model.name, label_of(ranked[0], cores),
                      label_of(out.chosen, cores), best_label,
                      f"{out.spent_s:.0f}/{budget:.0f} s", f"{med['stock']:.0f}",
@@ -123,6 +128,8 @@ def main() -> int:
                      f"{statistics.median(losses['chosen']) if losses['chosen'] else '-':.4}"
                      if losses["chosen"] else "-"])
         print(out.summary(), flush=True)
+        for name, why in out.verdicts.items():  # (keyed by Configuration.label())
+            print(f"   {name.split(' ', 1)[-1]}: {why}", flush=True)
     print("\n".join(table_lines(rows, [
         "family (held out)", "model", "model's first", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
         "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss"])))

@@ -113,7 +113,8 @@ def test_the_installed_cli_plans_from_its_own_data_outside_the_checkout(installe
     assert max(len(line) for line in table.splitlines()) <= 100
     ev = installed("modak", "model", "eval")
     assert ev.returncode == 0, ev.stderr
-    assert re.search(r"family\s+configs\s+LOCO MAPE\s+LOWO MAPE\s+LOTO MAPE", ev.stdout)
+    assert re.search(r"family\s+configs\s+LOCO MAPE\s+LOWO MAPE\s+LOWO \+stock\s+LOTO MAPE",
+                     ev.stdout)
     types = json.loads(installed("modak", "tosca-types", "--json").stdout)
     assert types["version"] == modak_lib.__version__ and "site-packages" in types["path"]
 

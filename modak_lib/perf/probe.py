@@ -76,15 +76,12 @@ def remember(target: Any, record: dict[str, Any], image: str = "host") -> Path:
 def remember_job_probe(target: Any, output: str, image: str) -> Optional[dict[str, Any]]:
     """The probe a job ran first (its JSON line in the job's output), remembered for its
     target and image; None when the output has none, or it measured nothing."""
-    from datetime import datetime, timezone
-
     from modak_runtime import probe
 
     rec = probe.parse(output)
     if not rec or rec.get("error") or not rec.get("gflops_fp32"):
         return None
-    rec.setdefault("probed_at", datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    remember(target, rec, image)
+    remember(target, _stamped(rec), image)
     return {k: rec.get(k) for k in TARGET_FIGURES}
 
 
@@ -93,8 +90,6 @@ def run_here(seconds: float = 8.0, env: Optional[dict[str, str]] = None,
              ) -> dict[str, Any]:
     """Run the probe on this host (``cpus``: the CPU affinity it gets; ``env``: variables on
     top of this process's, such as ISA caps)."""
-    from datetime import datetime, timezone
-
     from modak_runtime import probe
 
     def pin() -> None:
@@ -110,5 +105,12 @@ def run_here(seconds: float = 8.0, env: Optional[dict[str, str]] = None,
                          f"{(proc.stderr or proc.stdout).strip()[-500:]}")
     if rec.get("error"):
         raise ProbeError(f"the probe measured nothing: {rec['error']}")
+    return _stamped(rec)
+
+
+def _stamped(rec: dict[str, Any]) -> dict[str, Any]:
+    """A probe record with the time it was taken (the cache keeps the latest per target)."""
+    from datetime import datetime, timezone
+
     rec["probed_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     return rec

@@ -304,10 +304,15 @@ def eval_lines(result: dict, table_lines) -> list[str]:
                  pct(r["regret_loto"]), times(r["worst_vs_stock_lowo"])] for r in result[key]]
         out += table_lines(rows, [title] + head) + [""]
     rows = [[how.upper(), pct(o["mape"]), pct(o.get("mape_after_stock", float("nan"))),
-             pct(o["median_regret"]), times(o["worst_vs_stock"]), str(o["decisions"])]
+             pct(o["median_regret"]), times(o["worst_vs_stock"]),
+             pct(o.get("median_regret_search", float("nan"))),
+             times(o.get("worst_vs_stock_search", float("nan"))), str(o["decisions"])]
             for how, o in result["overall"].items()]
     out += table_lines(rows, ["held out", "MAPE", "MAPE +stock", "median regret",
-                              "worst vs stock", "decisions"])
+                              "worst vs stock", "regret +search", "worst +search",
+                              "decisions"])
+    out.append("'+search': the held-out model's top candidates and stock settled by the "
+               "budgeted search, each trial one recorded run")
     if result.get("estimators"):
         out.append("")
         rows = [[name, *(pct(v.get(how, float("nan"))) for how in ("loco", "lowo", "loto"))]

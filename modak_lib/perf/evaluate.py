@@ -1,5 +1,11 @@
 """Honest evaluation of the performance model, on medians of repeats.
 
+A configuration's measured time is the median of its runs, each run first corrected by its
+round's drift (``fit.round_shift``: the stock run measured beside it against the cell's
+usual stock time): on a shared machine the configurations of one interleaved round are
+compared under the same load, and a round that ran slow for everyone does not count as the
+configuration's time.
+
 - **LOCO**: a configuration held out (the workload and the target were measured);
 - **LOWO**: a whole workload family held out (every batch size and configuration of it):
   how the model speaks for a user's new script;
@@ -15,11 +21,13 @@ the non-linear estimators are compared the same way.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .fit import (CONFIG_KEYS, ESTIMATORS, TARGET_KEYS, ModelError, groups_of,
-                  held_out_predictions, mape, target_id, training_frame, usable)
+from .fit import (CONFIG_KEYS, ESTIMATORS, TARGET_KEYS, ModelError, config_groups,
+                  groups_of, held_out_predictions, mape, stock_mask, target_id,
+                  training_frame, usable)
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 # held out, then told the one stock run of the cell (what the budgeted search measures first
@@ -29,9 +37,8 @@ ANCHORED = ("lowo", "loto")
 
 def is_stock(row) -> bool:
     """Framework defaults: eager, all cores, glibc malloc, fp32, oneDNN on, NCHW."""
-    return (row["compiler"] == "off" and row["allocator"] == "glibc"
-            and row["precision"] == "fp32" and int(row["channels_last"]) == 0
-            and int(row["onednn"]) == 1 and float(row["threads"]) == float(row["cores"]))
+    import pandas as pd
+    return bool(stock_mask(pd.DataFrame([dict(row)])).iloc[0])
 
 
 def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, Any]:
@@ -43,17 +50,20 @@ def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, A
         raise ModelError("nothing to evaluate: no measurement has both a workload fingerprint "
                          "and its target's measured figures (`modak probe`)")
     df["target"] = target_id(df)
+    df["steady"] = np.exp(df["y"])  # each run's time less its round's drift
+    df["configuration"] = config_groups(df)
     for name, by in HOLD_OUT.items():  # (nothing to hold out of a single group)
         df[f"pred_{name}"] = (np.exp(held_out_predictions(df, estimator, by))
                               if groups_of(df, by).nunique() > 1 else np.nan)
     keys = TARGET_KEYS + CONFIG_KEYS + ["target"]
     cfg = (df.groupby(keys, dropna=False)
-             .agg(measured=("s_per_step", "median"), low=("s_per_step", "min"),
-                  high=("s_per_step", "max"), n=("s_per_step", "size"),
+             .agg(measured=("steady", "median"), low=("steady", "min"),
+                  high=("steady", "max"), n=("steady", "size"),
+                  configuration=("configuration", "first"),
                   **{k: (f"pred_{k}", "median") for k in HOLD_OUT})
              .reset_index())
     cell = ["workload", "framework", "target", "batch_size", "image_size"]
-    cfg["stock"] = cfg.apply(is_stock, axis=1) if len(cfg) else False
+    cfg["stock"] = stock_mask(cfg) if len(cfg) else False
     for how in ANCHORED:  # after the stock trial: its measured level, the model's ratios
         cfg[f"{how}_stock"] = np.nan
         for _, g in cfg.groupby(cell, dropna=False):
@@ -62,12 +72,13 @@ def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, A
                 shift = s["measured"].iloc[0] / s[how].iloc[0]
                 rest = g.index[~g["stock"]]
                 cfg.loc[rest, f"{how}_stock"] = cfg.loc[rest, how] * shift
+    runs = trial_runs(df)
     decisions = []
     for key, g in cfg.groupby(cell, dropna=False):
         if len(g) < 2:
             continue
         best = g.loc[g["measured"].idxmin()]
-        stock = g[g.apply(is_stock, axis=1)]
+        stock = g[g["stock"]]
         row = {"workload": key[0], "framework": key[1], "target": key[2],
                "batch_size": key[3], "best": label(best), "configurations": len(g)}
         for how in HOLD_OUT:
@@ -78,6 +89,12 @@ def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, A
             row[f"regret_{how}"] = float(chosen["measured"] / best["measured"] - 1)
             row[f"vs_stock_{how}"] = (float(stock["measured"].iloc[0] / chosen["measured"])
                                       if len(stock) else float("nan"))
+            if how in ANCHORED and len(stock):
+                found = searched(g, how, runs)
+                row[f"searched_{how}"] = label(found)
+                row[f"regret_search_{how}"] = float(found["measured"] / best["measured"] - 1)
+                row[f"vs_stock_search_{how}"] = float(stock["measured"].iloc[0]
+                                                      / found["measured"])
         decisions.append(row)
 
     def summary(by: str) -> list[dict[str, Any]]:
@@ -102,11 +119,15 @@ def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, A
         r = [x[f"regret_{how}"] for x in decisions if f"regret_{how}" in x]
         v = [x[f"vs_stock_{how}"] for x in decisions if f"vs_stock_{how}" in x
              and x[f"vs_stock_{how}"] == x[f"vs_stock_{how}"]]
+        rs = [x[f"regret_search_{how}"] for x in decisions if f"regret_search_{how}" in x]
+        vs = [x[f"vs_stock_search_{how}"] for x in decisions if f"vs_stock_search_{how}" in x]
         overall[how] = {"mape": mape(cfg["measured"], cfg[how]),
                         "mape_after_stock": (mape(cfg["measured"], cfg[f"{how}_stock"])
                                              if how in ANCHORED else float("nan")),
                         "median_regret": float(np.median(r)) if r else float("nan"),
                         "worst_vs_stock": float(min(v)) if v else float("nan"),
+                        "median_regret_search": float(np.median(rs)) if rs else float("nan"),
+                        "worst_vs_stock_search": float(min(vs)) if vs else float("nan"),
                         "decisions": len(r)}
     estimators = {}
     if compare:
@@ -117,6 +138,57 @@ def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, A
     return {"estimator": estimator, "overall": overall, "per_family": summary("workload"),
             "per_target": summary("target"), "decisions": decisions, "configurations": cfg,
             "estimators": estimators, "rows": int(len(df))}
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A measured configuration as the search sees it (its label, as the evaluation
+    prints it)."""
+    name: str
+
+    def label(self) -> str:
+        return self.name
+
+
+def trial_runs(df) -> dict[str, list[tuple[float, Any]]]:
+    """Per measured configuration, its runs in the order they ran: (s/step, final loss)."""
+    import pandas as pd
+
+    d = df.assign(_t=pd.to_datetime(df["recorded_at"], utc=True, errors="coerce",
+                                    format="ISO8601") if "recorded_at" in df else 0)
+    loss = d["final_loss"] if "final_loss" in d else pd.Series(None, index=d.index)
+    d = d.assign(_loss=pd.to_numeric(loss, errors="coerce")).sort_values("_t", kind="stable")
+    out: dict[str, list[tuple[float, Any]]] = {}
+    for key, g in d.groupby("configuration"):
+        out[key] = [(float(s), None if v != v else float(v))
+                    for s, v in zip(g["s_per_step"], g["_loss"])]
+    return out
+
+
+def searched(g, how: str, runs: dict):
+    """The configuration the budgeted search (:class:`.search.Halving`) settles on when the
+    held-out model proposes its top ``planner.AUTOTUNE_K`` and stock is added: every trial
+    is one recorded run of the configuration (round n of the search, its n-th run, as
+    measured, loss included), so the search decides on single noisy runs while the regret
+    is judged on the medians.  Compile time is left out (amortised over a long job), as
+    the regret leaves it out."""
+    from ..planner import AUTOTUNE_K, LOSS_TOLERANCE
+    from .search import Halving, Trial
+
+    rows = {label(r): r for _, r in g.iterrows()}
+    stock = _Candidate(label(g[g["stock"]].iloc[0]))
+    top = [_Candidate(label(r)) for _, r in g.sort_values(how).head(AUTOTUNE_K).iterrows()]
+    h = Halving(top, stock, job_steps=1, budget_s=float("inf"),
+                loss_tolerance=LOSS_TOLERANCE)
+    while (step := h.next_round()) is not None:
+        trials = []
+        for c in step[0]:
+            measured = runs.get(rows[c.name]["configuration"]) or []
+            s, loss = measured[(h.out.rounds) % len(measured)] if measured else (None, None)
+            trials.append(Trial(c, steps=step[1], s_per_step=s, final_loss=loss,
+                                failed=None if measured else "not measured"))
+        h.record(trials)
+    return rows[h.outcome().chosen.name]
 
 
 def label(row) -> str:

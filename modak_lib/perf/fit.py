@@ -56,8 +56,8 @@ def library_versions() -> dict[str, str]:
 
 def training_frame(df):
     """The rows the model learns from: successful runs with a fingerprint and the target's
-    measured figures; ``y`` = log(seconds per step) (the estimators learn ``y`` minus the
-    row's ``features.baseline``)."""
+    measured figures; ``y`` = log(seconds per step), less its round's drift
+    (:func:`round_shift`); the estimators learn ``y`` minus the row's ``features.baseline``."""
     import numpy as np
 
     df = df.copy()
@@ -69,8 +69,61 @@ def training_frame(df):
     bad = ~(df["s_per_step"].astype(float) > 0)
     if bad.any():
         raise ModelError(f"{int(bad.sum())} measurements have no positive s_per_step")
-    df["y"] = np.log(df["s_per_step"].astype(float))
+    df["y"] = np.log(df["s_per_step"].astype(float)) - round_shift(df)
     return df
+
+
+ROUND_WINDOW_S = 600  # a stock run this close in time is the run's control (same round)
+
+
+def stock_mask(df):
+    """Framework defaults (eager, all cores, glibc malloc, fp32, oneDNN on, NCHW), per row."""
+    import pandas as pd
+
+    def col(name, default):
+        return (df[name] if name in df else pd.Series(default, index=df.index)).fillna(default)
+
+    def num(name, default):
+        return pd.to_numeric(col(name, default), errors="coerce")
+
+    return ((col("compiler", "off") == "off") & (col("allocator", "glibc") == "glibc")
+            & (col("precision", "fp32") == "fp32") & (num("channels_last", 0) == 0)
+            & (num("onednn", 1) == 1) & (num("threads", -1) == num("cores", -2)))
+
+
+def round_shift(df):
+    """Per row, how much slower (log) the machine ran in the row's round than usual.
+
+    This shared machine's speed drifts by tens of percent between minutes (other tenants),
+    but the runs of one interleaved round (a campaign's cell, a search's trials) share it:
+    a run's control is the stock run of its cell (workload, batch, target) nearest in time,
+    within ROUND_WINDOW_S, and the shift is that stock run's log time minus the median over
+    the cell's stock runs.  Zero where a cell has fewer than two stock runs or a row has no
+    time: then there is nothing to correct with."""
+    import numpy as np
+    import pandas as pd
+
+    shift = np.zeros(len(df))
+    if "recorded_at" not in df or not len(df):
+        return shift
+    t = pd.to_datetime(df["recorded_at"], utc=True, errors="coerce", format="ISO8601")
+    secs = (t - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=float)
+    y = np.log(df["s_per_step"].astype(float).to_numpy())
+    stock = stock_mask(df).to_numpy() & ~np.isnan(secs)
+    keys = [k for k in TARGET_KEYS if k in df]
+    cells = df[keys].astype(object).where(df[keys].notna(), "-").astype(str).agg("|".join, axis=1)
+    for idx in cells.groupby(cells).indices.values():
+        controls = idx[stock[idx]]
+        if len(controls) < 2:
+            continue
+        level = float(np.median(y[controls]))
+        for i in idx:
+            if secs[i] != secs[i]:
+                continue
+            gap = np.abs(secs[controls] - secs[i])
+            if gap.min() <= ROUND_WINDOW_S:
+                shift[i] = float(np.median(y[controls[gap <= gap.min() + 1.0]])) - level
+    return shift
 
 
 def usable(df):
@@ -237,15 +290,28 @@ def held_out_predictions(df, name: str, by: str = "configuration"):
 
     X, base = F.frame(df), F.baselines(df)
     y = df["y"].to_numpy() - base
-    groups = groups_of(df, by)
+    groups, configs = groups_of(df, by), config_groups(df)
     pred = np.full(len(df), np.nan)
     for g in groups.unique():
         test = (groups == g).to_numpy()
         if test.all():
             continue
-        est = make_estimator(name).fit(X[~test], y[~test])
-        pred[test] = np.clip(est.predict(X[test]), *residual_range(y[~test])) + base[test]
+        Xt, yt = per_configuration(X[~test], y[~test], configs[~test])
+        est = make_estimator(name).fit(Xt, yt)
+        pred[test] = np.clip(est.predict(X[test]), *residual_range(yt)) + base[test]
     return pred
+
+
+def per_configuration(X, y, configs):
+    """One training row per measured configuration, its target the median of its repeats:
+    a configuration measured five times weighs as much as one measured once, and one slow
+    repeat does not pull the fit."""
+    import pandas as pd
+
+    configs = pd.Series(list(configs), index=X.index)
+    first = ~configs.duplicated().to_numpy()
+    med = pd.Series(y, index=X.index).groupby(configs).median()
+    return X[first], med.loc[configs[first]].to_numpy()
 
 
 def residual_range(y) -> list[float]:
@@ -325,8 +391,9 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
     loco = residual[best] if by == "configuration" else (
         df["y"].to_numpy() - held_out_predictions(df, best, "configuration"))
     loco = loco[~np.isnan(loco)]
-    learned = df["y"].to_numpy() - F.baselines(df)
-    est = make_estimator(best).fit(F.frame(df), learned)
+    Xt, learned = per_configuration(F.frame(df), df["y"].to_numpy() - F.baselines(df),
+                                    config_groups(df))
+    est = make_estimator(best).fit(Xt, learned)
     bounds = residual_range(learned)
     light: dict[str, Any] = {"workloads": workloads}
     if best.startswith("linear"):

@@ -101,7 +101,8 @@ def main() -> int:
               f"{model.card.held_out_mape.get(model.name, float('nan')):.0%}) ranks "
               f"{[label_of(c, cores) for c in ranked[:3]]}, budget {budget:.0f} s", flush=True)
         out = search(ranked[:3], stock, lambda c, n: trial(family, a.target, c, n, cores),
-                     job_steps=a.job_steps, budget_s=budget, first_steps=8)
+                     job_steps=a.job_steps, budget_s=budget, first_steps=8,
+                     budget_fraction=a.budget)
         best_label = cell.groupby("run_id")["s_per_step"].median().idxmin().split("/")[-1]
         compare = {"stock": stock, "chosen": out.chosen, "grid best": config_of(best_label,
                                                                                  cores)}
@@ -121,7 +122,7 @@ def main() -> int:
         losses = {k: losses[c] for k, c in compare.items()}
         rows.append([family, model.name, label_of(ranked[0], cores),
                      label_of(out.chosen, cores), best_label,
-                     f"{out.spent_s:.0f}/{budget:.0f} s", f"{med['stock']:.0f}",
+                     f"{out.spent_s:.0f}/{out.budget_s:.0f} s", f"{med['stock']:.0f}",
                      f"{med['chosen']:.0f}", f"{med['grid best']:.0f}",
                      f"{med['stock'] / med['chosen']:.2f}x",
                      f"{med['stock'] / med['grid best']:.2f}x",

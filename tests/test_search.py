@@ -80,6 +80,20 @@ def test_the_search_stays_within_its_budget_and_halves():
     assert tight.rounds == 1  # the second round would not fit
 
 
+def test_the_budget_is_re_based_on_the_measured_stock_trial():
+    """The plan guessed the job at 1/20 of its real time (a new workload): a fixed budget
+    stops after the first round; with a budget fraction, the first round measures stock and
+    the budget becomes that fraction of the job's time at stock's measured speed."""
+    guessed = 0.1 * 100000 * LM[STOCK][0] / 20  # 25 s: less than the first round costs
+    fixed = search([BF16, COMPILE, BOTH, TCMALLOC], STOCK, recorded(LM)[0], job_steps=100000,
+                   budget_s=guessed)
+    assert fixed.rounds == 1 and fixed.budget_s == guessed
+    rebased = search([BF16, COMPILE, BOTH, TCMALLOC], STOCK, recorded(LM)[0],
+                     job_steps=100000, budget_s=guessed, budget_fraction=0.1)
+    assert rebased.budget_s == pytest.approx(0.1 * 100000 * LM[STOCK][0])
+    assert rebased.rounds > 1 and rebased.spent_s <= rebased.budget_s
+
+
 def test_loss_tolerance_is_relative_and_stated():
     stock = Trial(STOCK, 10, 0.1, final_loss=2.0)
     assert changes_result(Trial(BF16, 10, 0.1, final_loss=2.05), stock, 0.05) is None

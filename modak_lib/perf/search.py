@@ -14,7 +14,10 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   ``warm-up + s/step x job steps``, so a compiler that pays only after two hours is not
   chosen for a ten-minute job;
 - **the budget** is a fraction of the job's expected run time (stock's), in seconds of
-  trial wall time; a round that would exceed it is not started;
+  trial wall time; a round that would exceed it is not started.  The first round always
+  runs: it measures stock, and with ``budget_fraction`` the budget is then re-based on
+  stock's measured job time (the planner's estimate of it may be far off for a new
+  workload);
 - **the final choice is never slower than the stock trial as measured** (amortised), and
   never a rejected one.
 
@@ -87,8 +90,10 @@ class Halving:
 
     def __init__(self, candidates: Sequence[Configuration], stock: Configuration, *,
                  job_steps: int, budget_s: float, first_steps: int = 10, eta: int = 2,
-                 loss_tolerance: float = 0.05, max_rounds: int = 4):
+                 loss_tolerance: float = 0.05, max_rounds: int = 4,
+                 budget_fraction: Optional[float] = None):
         self.stock, self.job_steps, self.budget_s = stock, job_steps, budget_s
+        self.budget_fraction = budget_fraction
         self.eta, self.tolerance, self.max_rounds = eta, loss_tolerance, max_rounds
         self.pool = [stock] + [c for c in candidates if c != stock]
         self.steps = first_steps
@@ -114,6 +119,9 @@ class Halving:
             out.spent_s += t.wall_s
         self.last.update(results)
         base = results.get(self.stock)
+        if self.budget_fraction and base is not None and base.s_per_step is not None:
+            out.budget_s = self.budget_s = self.budget_fraction * job_seconds(
+                base, self.job_steps)  # the job's time as stock measured it
         if base is None or base.s_per_step is None:  # nothing to compare with
             out.verdicts[self.stock.label()] = "stock failed: " + str(
                 base.failed if base else "not measured")
@@ -173,7 +181,8 @@ class Halving:
         def trial(t: Trial) -> dict:
             return {**t.__dict__, "configuration": t.configuration.model_dump(mode="json")}
         return {"stock": self.stock.model_dump(mode="json"), "job_steps": self.job_steps,
-                "budget_s": self.budget_s, "eta": self.eta, "tolerance": self.tolerance,
+                "budget_s": self.budget_s, "budget_fraction": self.budget_fraction,
+                "eta": self.eta, "tolerance": self.tolerance,
                 "max_rounds": self.max_rounds, "steps": self.steps, "finished": self.finished,
                 "pool": [c.model_dump(mode="json") for c in self.pool],
                 "rounds": self.out.rounds, "spent_s": self.out.spent_s,
@@ -186,7 +195,7 @@ class Halving:
             return Trial(**{**d, "configuration": Configuration(**d["configuration"])})
         h = cls([], Configuration(**st["stock"]), job_steps=st["job_steps"],
                 budget_s=st["budget_s"], eta=st["eta"], loss_tolerance=st["tolerance"],
-                max_rounds=st["max_rounds"])
+                max_rounds=st["max_rounds"], budget_fraction=st.get("budget_fraction"))
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.steps, h.finished = st["steps"], st["finished"]
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
@@ -199,12 +208,12 @@ class Halving:
 def search(candidates: Sequence[Configuration], stock: Configuration,
            run: Callable[[Configuration, int], Trial], *, job_steps: int, budget_s: float,
            first_steps: int = 10, eta: int = 2, loss_tolerance: float = 0.05,
-           max_rounds: int = 4) -> Outcome:
+           max_rounds: int = 4, budget_fraction: Optional[float] = None) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring."""
     h = Halving(candidates, stock, job_steps=job_steps, budget_s=budget_s,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
-                max_rounds=max_rounds)
+                max_rounds=max_rounds, budget_fraction=budget_fraction)
     while True:
         step = h.next_round()
         if step is None:

@@ -93,10 +93,11 @@ class ActionModule(ActionBase):
         how = ("%.0f s: %.0f%% of the job's expected %.0f s (%d steps%s)" % (
             budget, 100 * args["budget_fraction"], expected, steps,
             " at stock's predicted %.3g s/step" % per_step if per_step else
-            ", stock's speed unknown: the wall time"))
+            ", stock's speed unknown: the wall time") + "; re-based on stock's first trial")
         return Halving(trials, stock, job_steps=steps, budget_s=budget,
                        first_steps=args["first_steps"], max_rounds=args["max_rounds"],
-                       loss_tolerance=args["loss_tolerance"]), how
+                       loss_tolerance=args["loss_tolerance"],
+                       budget_fraction=args["budget_fraction"]), how
 
     @staticmethod
     def _trial(rec, Trial, Configuration):

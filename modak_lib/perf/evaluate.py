@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from .fit import (CONFIG_KEYS, ESTIMATORS, TARGET_KEYS, ModelError, config_groups,
-                  groups_of, held_out_predictions, mape, stock_mask, target_id,
-                  training_frame, usable)
+                  groups_of, held_out_predictions, mape, recorded_times, stock_mask,
+                  target_id, training_frame, usable)
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 # held out, then told the one stock run of the cell (what the budgeted search measures first
@@ -154,8 +154,7 @@ def trial_runs(df) -> dict[str, list[tuple[float, Any]]]:
     """Per measured configuration, its runs in the order they ran: (s/step, final loss)."""
     import pandas as pd
 
-    d = df.assign(_t=pd.to_datetime(df["recorded_at"], utc=True, errors="coerce",
-                                    format="ISO8601") if "recorded_at" in df else 0)
+    d = df.assign(_t=recorded_times(df) if "recorded_at" in df else 0)
     loss = d["final_loss"] if "final_loss" in d else pd.Series(None, index=d.index)
     d = d.assign(_loss=pd.to_numeric(loss, errors="coerce")).sort_values("_t", kind="stable")
     out: dict[str, list[tuple[float, Any]]] = {}

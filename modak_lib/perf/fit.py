@@ -106,12 +106,11 @@ def round_shift(df):
     shift = np.zeros(len(df))
     if "recorded_at" not in df or not len(df):
         return shift
-    t = pd.to_datetime(df["recorded_at"], utc=True, errors="coerce", format="ISO8601")
-    secs = (t - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(dtype=float)
+    secs = (recorded_times(df) - pd.Timestamp(0, tz="UTC")).dt.total_seconds() \
+        .to_numpy(dtype=float)
     y = np.log(df["s_per_step"].astype(float).to_numpy())
     stock = stock_mask(df).to_numpy() & ~np.isnan(secs)
-    keys = [k for k in TARGET_KEYS if k in df]
-    cells = df[keys].astype(object).where(df[keys].notna(), "-").astype(str).agg("|".join, axis=1)
+    cells = row_labels(df, [k for k in TARGET_KEYS if k in df])
     for idx in cells.groupby(cells).indices.values():
         controls = idx[stock[idx]]
         if len(controls) < 2:
@@ -124,6 +123,18 @@ def round_shift(df):
             if gap.min() <= ROUND_WINDOW_S:
                 shift[i] = float(np.median(y[controls[gap <= gap.min() + 1.0]])) - level
     return shift
+
+
+def recorded_times(df):
+    """When each row was measured (UTC; NaT where it does not say)."""
+    import pandas as pd
+    return pd.to_datetime(df["recorded_at"], utc=True, errors="coerce", format="ISO8601")
+
+
+def row_labels(df, keys: list[str]):
+    """One text label per row from the values of ``keys`` (missing ones as "-")."""
+    # (pandas 3 keeps missing values missing through astype(str))
+    return df[keys].astype(object).where(df[keys].notna(), "-").astype(str).agg("|".join, axis=1)
 
 
 def usable(df):
@@ -267,9 +278,7 @@ QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not 
 
 def config_groups(df):
     """One label per measured configuration (all repeats of it share the label)."""
-    keys = TARGET_KEYS + CONFIG_KEYS
-    # (pandas 3 keeps missing values missing through astype(str))
-    return df[keys].astype(object).where(df[keys].notna(), "-").astype(str).agg("|".join, axis=1)
+    return row_labels(df, TARGET_KEYS + CONFIG_KEYS)
 
 
 def groups_of(df, by: str):

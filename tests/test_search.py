@@ -214,3 +214,29 @@ def test_the_search_driven_round_by_round_through_its_state_matches_the_loop():
                   job_steps=100000, budget_s=600)
     assert h.outcome().chosen == loop.chosen == BOTH
     assert h.outcome().rounds == loop.rounds and h.outcome().verdicts == loop.verdicts
+
+
+def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps():
+    """A job whose length is only its wall time keeps 10% of the wall time: its steps are a
+    guess, and re-basing on them would make the budget up (a 2-epoch script of unknown
+    dataset size got 13 s of its 1200 s wall time).  A job of stated steps is re-based on
+    the stock trial, as the plan's prediction of stock may be far off."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    plan = {"walltime_s": 1200, "autotune": [c.model_dump(mode="json") for c in (STOCK, BF16)],
+            "candidates": [{"configuration": c.model_dump(mode="json"), "score": 1.0,
+                            "prediction": None} for c in (STOCK, BF16)]}
+    args = {"candidates": 3, "budget_fraction": 0.1, "job_steps": 0, "first_steps": 10,
+            "max_rounds": 3, "loss_tolerance": 0.05}
+    walled, how = ActionModule._start(plan, args, Configuration)
+    trials = [Trial(STOCK, 10, 0.0134, 0.1, 3.4, 1.5), Trial(BF16, 10, 0.012, 0.1, 3.2, 1.5)]
+    walled.record(trials)
+    assert walled.out.budget_s == pytest.approx(120) and "re-based" not in how
+    stated, how = ActionModule._start(plan, {**args, "job_steps": 5000}, Configuration)
+    stated.record(trials)
+    assert stated.out.budget_s == pytest.approx(0.1 * (0.1 + 0.0134 * 5000))
+    assert "re-based on stock's first trial" in how

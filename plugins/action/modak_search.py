@@ -90,14 +90,17 @@ class ActionModule(ActionBase):
             or 10000
         expected = steps * per_step if per_step else (wall or 3600)
         budget = args["budget_fraction"] * expected
+        # only a job of stated steps has a length that stock's trial measures better than
+        # the plan predicted; otherwise its length is its wall time (the steps a guess)
+        rebase = args["budget_fraction"] if args["job_steps"] else None
         how = ("%.0f s: %.0f%% of the job's expected %.0f s (%d steps%s)" % (
             budget, 100 * args["budget_fraction"], expected, steps,
             " at stock's predicted %.3g s/step" % per_step if per_step else
-            ", stock's speed unknown: the wall time") + "; re-based on stock's first trial")
+            ", stock's speed unknown: the wall time")
+            + ("; re-based on stock's first trial" if rebase else ""))
         return Halving(trials, stock, job_steps=steps, budget_s=budget,
                        first_steps=args["first_steps"], max_rounds=args["max_rounds"],
-                       loss_tolerance=args["loss_tolerance"],
-                       budget_fraction=args["budget_fraction"]), how
+                       loss_tolerance=args["loss_tolerance"], budget_fraction=rebase), how
 
     @staticmethod
     def _trial(rec, Trial, Configuration):

@@ -21,8 +21,9 @@ description:
     is rejected as changing the result; compile time is weighed against the job's steps
     (O(job_steps)); the choice is never slower than the stock trial as measured.
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
-    predicted speed, else its wall time); the first round always runs, and after it the
-    budget is re-based on the job's time at stock's measured speed.
+    predicted speed, else its wall time); the first round always runs, and after it, for a
+    job of stated O(job_steps), the budget is re-based on the job's time at stock's measured
+    speed.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.

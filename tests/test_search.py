@@ -94,6 +94,31 @@ def test_the_budget_is_re_based_on_the_measured_stock_trial():
     assert rebased.rounds > 1 and rebased.spent_s <= rebased.budget_s
 
 
+def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():
+    """The rounds are paired (stock runs beside the candidates in each): a candidate that
+    wins the last round but lost to stock in an earlier one is noise, not a speed-up."""
+    def rounds(table):
+        seen: dict = {}
+
+        def run(config, steps):
+            n = seen[config] = seen.get(config, -1) + 1
+            s = table[config][n]
+            return Trial(config, steps, s, 0.0, 3.0 + s * steps, 1.0)
+        return run
+
+    # round 1 stock 0.040 s/step and tcmalloc 0.045 (the better of the two candidates);
+    # round 2 ran slow for stock (0.050), and tcmalloc's 0.046 beats it
+    mixed = {STOCK: [0.040, 0.050], TCMALLOC: [0.045, 0.046], BF16: [0.060, 0.060]}
+    out = search([TCMALLOC, BF16], STOCK, rounds(mixed), job_steps=1000, budget_s=600,
+                 max_rounds=2)
+    assert out.rounds == 2 and out.chosen == STOCK
+    assert "not in round 1" in out.verdicts[TCMALLOC.label()]
+    faster = {STOCK: [0.040, 0.050], TCMALLOC: [0.035, 0.046], BF16: [0.060, 0.060]}
+    out = search([TCMALLOC, BF16], STOCK, rounds(faster), job_steps=1000, budget_s=600,
+                 max_rounds=2)
+    assert out.chosen == TCMALLOC and [t.round for t in out.trials] == [1, 1, 1, 2, 2]
+
+
 def test_loss_tolerance_is_relative_and_stated():
     stock = Trial(STOCK, 10, 0.1, final_loss=2.0)
     assert changes_result(Trial(BF16, 10, 0.1, final_loss=2.05), stock, 0.05) is None

@@ -18,8 +18,11 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   runs: it measures stock, and with ``budget_fraction`` the budget is then re-based on
   stock's measured job time (the planner's estimate of it may be far off for a new
   workload);
-- **the final choice is never slower than the stock trial as measured** (amortised), and
-  never a rejected one.
+- **the final choice is never slower than the stock trial as measured** (amortised) in
+  any round the two ran side by side, and never a rejected one: a single short trial on a
+  shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
+  last round but slower in an earlier one is not trusted to be faster, and stock is kept
+  (the rounds are paired: stock runs in every round, beside the candidates).
 
 ``run`` is given by the caller: the deploy runs a trial through the real job path, the
 tests and benchmarks run it here.  Every trial's record can go into the results store.
@@ -27,7 +30,7 @@ tests and benchmarks run it here.  Every trial's record can go into the results 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 from ..models import Configuration
@@ -43,6 +46,7 @@ class Trial:
     wall_s: float = 0.0               # the trial's whole cost, start-up included
     final_loss: Optional[float] = None
     failed: Optional[str] = None      # why it failed, if it did
+    round: int = 0                    # the search's round it ran in (set by Halving.record)
 
 
 @dataclass
@@ -113,6 +117,7 @@ class Halving:
     def record(self, trials: Sequence[Trial]) -> None:
         out = self.out
         out.rounds += 1
+        trials = [replace(t, round=out.rounds) for t in trials]
         results = {t.configuration: t for t in trials}
         for t in trials:
             out.trials.append(t)
@@ -148,7 +153,8 @@ class Halving:
         self.steps *= self.eta
 
     def _finish(self) -> None:
-        """The final choice: the fastest of the last round, never slower than stock."""
+        """The final choice: the fastest of the last round that was faster than stock in
+        every round both ran (stock if none was)."""
         self.finished = True
         out, base = self.out, self.last.get(self.stock)
         if base is None or base.s_per_step is None:
@@ -160,7 +166,10 @@ class Halving:
             if t is None or t.s_per_step is None or changes_result(t, base, self.tolerance):
                 continue
             secs = job_seconds(t, self.job_steps)
-            if secs < best_s:
+            lost = self._lost_to_stock(c) if secs < best_s else None
+            if lost:
+                out.verdicts.setdefault(c.label(), lost)
+            elif secs < best_s:
                 best, best_s = c, secs
         for c in self.pool[1:]:
             out.verdicts.setdefault(c.label(), "chosen" if c == best else
@@ -169,6 +178,23 @@ class Halving:
             "chosen (nothing measured faster without changing the result)" if best == self.stock
             else f"stock: {job_seconds(base, self.job_steps):.0f} s for the job")
         out.chosen = best
+        return None
+
+    def _lost_to_stock(self, c: Configuration) -> Optional[str]:
+        """Why ``c`` is not trusted to be faster than stock: a round in which the two ran
+        side by side and ``c`` would have made the job slower (None: it never did)."""
+        rounds: dict[int, dict[Configuration, Trial]] = {}
+        for t in self.out.trials:
+            rounds.setdefault(t.round, {})[t.configuration] = t
+        for n in sorted(rounds):
+            a, b = rounds[n].get(c), rounds[n].get(self.stock)
+            if a is None or b is None or b.s_per_step is None:
+                continue
+            mine, stock = job_seconds(a, self.job_steps), job_seconds(b, self.job_steps)
+            if mine >= stock:
+                return (f"faster than stock in the last round, but not in round {n} "
+                        f"({mine:.0f} s for the job against stock's {stock:.0f} s): not "
+                        f"consistently faster, stock kept")
         return None
 
     def outcome(self) -> Outcome:

@@ -19,7 +19,8 @@ description:
     rounds run out or the next round would exceed the budget.
   - A candidate whose loss after its trial is worse than stock's beyond O(loss_tolerance)
     is rejected as changing the result; compile time is weighed against the job's steps
-    (O(job_steps)); the choice is never slower than the stock trial as measured.
+    (O(job_steps)); the choice is never slower than the stock trial as measured, in any
+    round the two ran side by side.
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round always runs, and after it, for a
     job of stated O(job_steps), the budget is re-based on the job's time at stock's measured

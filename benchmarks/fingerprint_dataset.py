@@ -6,7 +6,8 @@ The dataset was measured before the runtime existed (schema 1).  For each (workl
 framework, batch, image size) in it, this runs workloads/train.py through the runtime for
 two steps (``MODAK_MAX_STEPS=2``: the fingerprint is taken on the first step) and writes
 the fingerprint's columns (id, parameters, FLOPs per step and their shares by layer kind,
-input shape) into every row of that group, in the store's column order.  Idempotent.
+the elements a step writes, input shape) into every row of that group, in the store's
+column order.  Idempotent: a group is run again only while it lacks one of them.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ sys.path.insert(0, str(ROOT))
 
 from modak_lib.results import COLUMNS, parse_fom_lines, row_from_fom  # noqa: E402
 
-FIELDS = ["fingerprint", "trainable_parameters", "flops_per_step", "input_shape"] + \
+FIELDS = ["fingerprint", "trainable_parameters", "flops_per_step", "elements_per_step",
+          "input_shape"] + \
     [c for c in COLUMNS if c.startswith("flops_") and c != "flops_per_step"]
 
 
@@ -54,8 +56,9 @@ def main() -> int:
     df["fingerprint"] = df["fingerprint"].astype(object)
     df["input_shape"] = df["input_shape"].astype(object)
     for key, g in df.groupby(["workload", "framework", "batch_size", "image_size"]):
-        if g["fingerprint"].notna().all():
-            continue
+        if g["fingerprint"].notna().all() and (
+                key[1] != "pytorch" or g["elements_per_step"].notna().all()):
+            continue  # (Keras' fingerprint counts no elements)
         row = fingerprint(key[0], key[1], int(key[2]), int(key[3]))
         print(f"{key}: {row['fingerprint']} params={row['trainable_parameters']} "
               f"flops/step={row['flops_per_step']:.4g} shape={row['input_shape']}")

@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1] [--steps 12] [--minutes M] [--store PATH]
         [--csv benchmarks/data/transfer-campaign.csv] [--list]
+    .venv/bin/python benchmarks/transfer_campaign.py --refingerprint \
+        --csv benchmarks/data/transfer-campaign.csv
 
 Every family is an ordinary PyTorch script (``benchmarks/families/``) run through the
 runtime (``python3 -m modak_runtime -- SCRIPT``), as a job runs it, with the MODAK_*
@@ -26,6 +28,12 @@ stops starting runs after so long); an empty store is first filled from ``--csv`
 that file exists (the committed campaign).  ``--csv`` then writes the store's campaign rows, the
 dataset that ``modak model eval --data benchmarks/data/transfer-campaign.csv`` evaluates
 (with the shipped dataset).
+
+``--refingerprint`` runs nothing of the campaign: it fingerprints each (family, batch) once
+(two steps, stock, through the runtime) and writes the fingerprint's columns that the
+CSV's rows of that fingerprint lack, such as a figure a newer runtime counts
+(``elements_per_step``); a fingerprint whose id differs from the rows' is an error (the
+script or PyTorch changed: the measurements are of another workload).
 """
 from __future__ import annotations
 
@@ -183,6 +191,47 @@ def seed(store: ResultsStore, path: Path) -> int:
     return len(rows)
 
 
+# the fingerprint's columns, as the store names them
+FINGERPRINT_COLUMNS = ["trainable_parameters", "flops_per_step", "elements_per_step",
+                       "input_shape", *(c for c in COLUMNS if c.startswith("flops_")
+                                        and c != "flops_per_step")]
+
+
+def refingerprint(path: Path) -> int:
+    """Fill the fingerprint columns the CSV's rows lack (see the module docstring)."""
+    import csv
+    import json
+
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    filled = 0
+    for family in FAMILIES:
+        for variant in (0, 1):
+            prefix = f"transfer/{family}/b{variant}/"
+            mine = [r for r in rows if (r.get("run_id") or "").startswith(prefix)]
+            if not any(not r.get(c) for r in mine for c in FINGERPRINT_COLUMNS
+                       if c != "input_shape"):
+                continue
+            fp = row_from_fom(run_one(family, variant, "2c", "stock", 2), source=SOURCE)
+            for r in mine:
+                if r.get("fingerprint") and r["fingerprint"] != fp["fingerprint"]:
+                    raise SystemExit(f"{family} b{variant}: the fingerprint is now "
+                                     f"{fp['fingerprint']}, the CSV's rows have "
+                                     f"{r['fingerprint']}: not the measured workload")
+                for c in FINGERPRINT_COLUMNS:
+                    if not r.get(c) and fp.get(c) is not None:
+                        v = fp[c]
+                        r[c] = json.dumps(v) if isinstance(v, list) else str(v)
+                        filled += 1
+            print(f"{family} b{variant}: {fp['fingerprint']}, elements/step "
+                  f"{fp.get('elements_per_step')}", flush=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return filled
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
@@ -195,7 +244,14 @@ def main() -> int:
     ap.add_argument("--csv", help="then write the campaign's rows as CSV")
     ap.add_argument("--list", action="store_true", help="say what is left, run nothing")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--refingerprint", action="store_true",
+                    help="only fill the fingerprint columns the --csv rows lack")
     a = ap.parse_args()
+    if a.refingerprint:
+        if not a.csv:
+            ap.error("--refingerprint needs --csv")
+        print(f"filled {refingerprint(Path(a.csv))} values in {a.csv}")
+        return 0
     store = ResultsStore(a.store)
     if a.csv and Path(a.csv).exists() and not done(store):
         seed(store, Path(a.csv))  # a fresh store goes on from the committed campaign

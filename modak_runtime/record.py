@@ -40,6 +40,9 @@ class Fingerprint:
     id: Optional[str] = None
     trainable_parameters: Optional[int] = None
     flops_per_step: Optional[float] = None   # forward + backward, counted on one step
+    # tensor elements the operations of one step wrote (forward, backward, update; views
+    # excluded): the step's memory traffic, which FLOPs alone do not show
+    elements_per_step: Optional[float] = None
     flop_share: dict[str, float] = field(default_factory=dict)  # FLOP_KINDS -> share (forward)
     batch_size: Optional[int] = None
     input_shape: Optional[list[int]] = None
@@ -108,6 +111,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "framework_version": ("TEXT", "framework_version"),
     "trainable_parameters": ("INTEGER", "fingerprint.trainable_parameters"),
     "flops_per_step": ("REAL", "fingerprint.flops_per_step"),
+    "elements_per_step": ("REAL", "fingerprint.elements_per_step"),
     **{f"flops_{k}": ("REAL", f"fingerprint.flop_share.{k}") for k in FLOP_KINDS},
     "batch_size": ("INTEGER", "fingerprint.batch_size"),
     "input_shape": ("TEXT", "fingerprint.input_shape"),

@@ -311,6 +311,7 @@ class _FlopCounter:
         self.owner, self.torch = owner, torch
         self.registry = dict(flop_registry)
         self.total = 0.0
+        self.elements = 0.0  # tensor elements the step's operations wrote (views excluded)
         self.forward: dict[str, float] = defaultdict(float)
         self.stack: list[str] = []
         self.in_backward = False
@@ -356,6 +357,9 @@ class _FlopCounter:
 
     def count(self, func, args, kwargs, out) -> None:
         packet = func.overloadpacket
+        if not getattr(func, "is_view", False) and packet.__name__ != "_to_copy":
+            # (a view writes nothing; a cast is the configuration's, not the workload's)
+            self.elements += _written(out, self.torch.Tensor)
         name = packet.__name__
         formula = self.registry.get(packet)
         if formula is not None:
@@ -399,11 +403,21 @@ class _FlopCounter:
         fwd = sum(self.forward.values())
         from .record import FLOP_KINDS
         fp.flops_per_step = self.total
+        fp.elements_per_step = self.elements or None
         fp.flop_share = {k: (self.forward.get(k, 0.0) / fwd if fwd else 0.0) for k in FLOP_KINDS}
         fp.method = "torch dispatch: torch.utils.flop_counter formulas, one step"
         if self.matmul_dtypes:
             s.effect["matmul_dtype"] = max(self.matmul_dtypes, key=self.matmul_dtypes.get)
         fp.id = fingerprint_id("pytorch", fp)
+
+
+def _written(out, tensor_type) -> int:
+    """Elements of the tensors an operation returned."""
+    if isinstance(out, tensor_type):
+        return out.numel()
+    if isinstance(out, (tuple, list)):
+        return sum(o.numel() for o in out if isinstance(o, tensor_type))
+    return 0
 
 
 def _first_tensor(value, tensor_type, depth: int = 0):

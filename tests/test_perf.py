@@ -48,6 +48,20 @@ def test_the_baseline_is_the_steps_arithmetic_at_the_measured_rates():
     assert math.isnan(F.baseline({**ROW, "gflops_fp32": None}))
 
 
+def test_the_baseline_adds_the_steps_memory_traffic_which_bf16_does_not_speed_up():
+    fp32 = {**ROW, "precision": "fp32", "threads": 2, "elements_per_step": 1e9}
+    traffic = 1e9 * F.BYTES_PER_ELEMENT / 20e9  # written and read back at 20 GB/s
+    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9 + traffic))
+    # without native bf16 (1/50 of the fp32 rate), a step that is mostly traffic loses far
+    # less than one that is all arithmetic
+    slow = {**ROW, "threads": 2, "gflops_bf16": 2.0}
+
+    def penalty(row):
+        return math.exp(F.baseline(row) - F.baseline({**row, "precision": "fp32"}))
+    assert penalty(slow) == pytest.approx(50.0)
+    assert 1.0 < penalty({**slow, "elements_per_step": 1e9}) < 10.0
+
+
 def test_what_the_model_lacks_is_said():
     assert F.missing(ROW) == []
     lacking = F.missing({**ROW, "flops_per_step": None, "gflops_fp32": None})

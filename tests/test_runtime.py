@@ -167,6 +167,16 @@ def test_fingerprint_of_the_papers_mnist_cnn_matches_a_count_by_hand():
     assert fp["batch_size"] == 128 and fp["input_shape"] == [1, 28, 28]
     assert fp["flop_share"]["conv"] == pytest.approx((conv1 + conv2) / forward)
     assert fp["id"].startswith("fp-")
+    # the elements the step wrote: at least every forward output and its gradient (conv1,
+    # conv2, pooling, dense, logits), at most a few times that and the parameters' updates
+    outputs = (32 * 26 * 26 + 64 * 24 * 24 + 64 * 12 * 12 + 128 + 10) * 128
+    assert 2 * outputs <= fp["elements_per_step"] <= 10 * (outputs + 1_199_882)
+    # bf16's casts are the configuration's, not the workload's: the same count
+    rc, _, bf16, err = run(ROOT / "workloads/train.py", "--steps", "2", "--warmup", "0",
+                           env={"MODAK_PRECISION": "bf16"})
+    assert rc == 0, err
+    assert bf16["effect"]["matmul_dtype"] == "bfloat16"
+    assert bf16["fingerprint"]["elements_per_step"] == fp["elements_per_step"]
 
 
 def test_fingerprint_of_a_transformer_counts_attention():

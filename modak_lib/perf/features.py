@@ -14,11 +14,14 @@ features that describe **what** runs and **where**, never **which** by name:
 - the configuration: compiler, allocator, precision, channels-last, oneDNN, threads.
 
 The model does not learn seconds from nothing: it learns how far a step is from its
-**baseline** (:func:`baseline`), the time the step's arithmetic takes at the rates the
-target's probe measured, with the precision and the threads the configuration gives it.
-A target whose bf16 rate is 1/50 of its fp32 rate (no native bf16) makes a bf16
-configuration 50x slower at baseline before any data says so; a job given one thread of two
-gets half the rate.  What the data must teach is only the remaining efficiency: of a layer
+**baseline** (:func:`baseline`), a roofline-like time at the rates the target's probe
+measured: the step's arithmetic at its GFLOP/s, with the precision and the threads the
+configuration gives it, plus the tensors the step writes (its fingerprint's elements per
+step) written and read back once at the measured bandwidth.  A target whose bf16 rate is
+1/50 of its fp32 rate (no native bf16) makes the arithmetic of a bf16 configuration 50x
+slower at baseline before any data says so, but not its memory traffic: a step that is mostly
+traffic (embeddings, small layers) loses far less; a job given one thread of two gets half
+the arithmetic rate.  What the data must teach is only the remaining efficiency: of a layer
 kind, of a compiler, of a small batch.
 
 So a workload never measured on a target, or a target never seen, is described by numbers
@@ -30,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 3  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 4  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 SHARES = ["conv", "linear", "attention", "recurrent", "norm"]  # (+ other = the rest)
@@ -44,7 +47,10 @@ NUMERIC = ["log_params", "log_flops_per_sample", "log_batch",
 # the bounded numbers a knob's effect is allowed to depend on in the linear model
 CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
 TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
+# the workload's figures from its fingerprint (besides its parameters and batch)
+WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
+BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
 
 
 def _float(v: Any) -> float:
@@ -104,10 +110,11 @@ def features(row: dict[str, Any]) -> tuple[list[str], list[float]]:
 
 
 def baseline(row: dict[str, Any]) -> float:
-    """log seconds of a step's arithmetic at the target's measured rates: its FLOPs at the
-    fp32 rate, the matrix share of them (:data:`MATMUL`) at the bf16 rate under bf16, the
-    rate scaled by the share of the cores the job's threads get.  NaN when a figure is
-    missing (``missing`` says which)."""
+    """log seconds of a step at the target's measured rates: its FLOPs at the fp32 rate,
+    the matrix share of them (:data:`MATMUL`) at the bf16 rate under bf16, the rate scaled
+    by the share of the cores the job's threads get; plus, when the fingerprint counted
+    them, the elements the step writes (``elements_per_step``) at :data:`BYTES_PER_ELEMENT`
+    over the measured bandwidth.  NaN when a figure is missing (``missing`` says which)."""
     flops, gflops = _float(row.get("flops_per_step")), _float(row.get("gflops_fp32"))
     if not (flops > 0 and gflops > 0):
         return math.nan
@@ -120,6 +127,9 @@ def baseline(row: dict[str, Any]) -> float:
         matmul = sum(v for v in shares if v == v)
         matmul = min(1.0, matmul) if matmul > 0 else 1.0
         seconds *= (1.0 - matmul) + matmul * gflops / bf16
+    elements, bandwidth = _float(row.get("elements_per_step")), _float(row.get("bandwidth_gbs"))
+    if elements > 0 and bandwidth > 0:
+        seconds += elements * BYTES_PER_ELEMENT / (bandwidth * 1e9)
     return math.log(seconds)
 
 

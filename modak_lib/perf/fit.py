@@ -61,7 +61,7 @@ def training_frame(df):
     import numpy as np
 
     df = df.copy()
-    for col in F.TARGET_FIGURES + tuple(f"flops_{k}" for k in F.SHARES):
+    for col in F.TARGET_FIGURES + F.WORKLOAD_FIGURES:
         if col not in df:
             df[col] = np.nan
     if "status" in df:  # failed runs stay in the store (never chosen again), not in the fit
@@ -471,7 +471,7 @@ def workload_table(df) -> list[dict[str, Any]]:
 
     d = df.copy()
     for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
-                "flops_per_step", "run_id", *(f"flops_{k}" for k in F.SHARES)):
+                "run_id", *F.WORKLOAD_FIGURES):
         if col not in d:
             d[col] = None
     d["status"] = d["status"].fillna("ok")
@@ -484,8 +484,8 @@ def workload_table(df) -> list[dict[str, Any]]:
         last = (ok if len(ok) else g).iloc[-1]
         entry = {k: _plain(last[k]) for k in ("workload_key", "workload", "fingerprint",
                                               "framework", "trainable_parameters",
-                                              "flops_per_step", "batch_size", "image_size",
-                                              *(f"flops_{k}" for k in F.SHARES))}
+                                              "batch_size", "image_size",
+                                              *F.WORKLOAD_FIGURES)}
         not_applied: dict[str, str] = {}
         for raw, names in zip(g.get("raw", pd.Series(None, index=g.index)), g["not_applied"]):
             if isinstance(names, str) and names:

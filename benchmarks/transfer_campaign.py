@@ -1,8 +1,8 @@
 """The transfer campaign: eight workload families x two batch sizes x three targets.
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
-        [--variant 0|1 ...] [--repeats 1] [--steps 12] [--minutes M] [--store PATH]
-        [--csv benchmarks/data/transfer-campaign.csv] [--list]
+        [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
+        [--store PATH] [--csv benchmarks/data/transfer-campaign.csv] [--list]
     .venv/bin/python benchmarks/transfer_campaign.py --refingerprint \
         --csv benchmarks/data/transfer-campaign.csv
 
@@ -28,6 +28,11 @@ stops starting runs after so long); an empty store is first filled from ``--csv`
 that file exists (the committed campaign).  ``--csv`` then writes the store's campaign rows, the
 dataset that ``modak model eval --data benchmarks/data/transfer-campaign.csv`` evaluates
 (with the shipped dataset).
+
+Repeats go where the model is uncertain: ``--uncertain N`` runs one more round of the N
+cells (of those selected by ``--family``/``--target``/``--variant``) whose measurements the
+model predicts worst with each configuration held out in turn (``uncertainty``): the cells
+whose runs disagree with each other or with every other cell.
 
 ``--refingerprint`` runs nothing of the campaign: it fingerprints each (family, batch) once
 (two steps, stock, through the runtime) and writes the fingerprint's columns that the
@@ -137,6 +142,15 @@ def done(store: ResultsStore) -> dict[str, int]:
     return counts
 
 
+def failed(store: ResultsStore) -> set[str]:
+    """Run ids (a cell's configuration) that failed: not run again (as a deploy never
+    offers a configuration that failed for the workload there again)."""
+    if not store.path.exists():
+        return set()
+    return {r["run_id"] for r in store.rows()
+            if r.get("source") == SOURCE and r.get("status") == "failed"}
+
+
 def probe(target: str, seconds: float = 6.0) -> dict:
     cpus, env, _ = TARGETS[target]
     return run_here(seconds=seconds, env=env, cpus=cpus)
@@ -232,18 +246,49 @@ def refingerprint(path: Path) -> int:
     return filled
 
 
+def uncertainty(store: ResultsStore) -> dict[tuple[str, int, str], float]:
+    """Per cell (family, batch variant, target), how far the model is from what was
+    measured with each configuration held out of the fit in turn (gradient boosting): the
+    error of the cell's worst-predicted configuration (the median over its runs of
+    |log(predicted / measured)|, as a ratio less 1).  Where it is largest, a
+    configuration's runs disagree with each other or with every other cell, and another
+    round tells which."""
+    import numpy as np
+    import pandas as pd
+
+    from modak_lib.perf.fit import held_out_predictions, training_frame, usable
+
+    rows = [r for r in store.rows() if r.get("source") == SOURCE] if store.path.exists() else []
+    if not rows:
+        return {}
+    df = usable(training_frame(pd.DataFrame(rows)))
+    error = np.abs(held_out_predictions(df, "gbr", "configuration") - df["y"].to_numpy())
+    per_run: dict[str, list[float]] = {}
+    for rid, e in zip(df["run_id"], error):
+        if e == e:
+            per_run.setdefault(str(rid), []).append(float(e))
+    out: dict[tuple[str, int, str], float] = {}
+    for rid, errors in per_run.items():
+        _, family, variant, target, _ = rid.split("/")
+        cell = (family, int(variant[1:]), target)
+        out[cell] = max(out.get(cell, 0.0), float(np.exp(np.median(errors)) - 1))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--target", action="append", choices=sorted(TARGETS))
     ap.add_argument("--variant", action="append", type=int, choices=[0, 1])
-    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=1)  # (or --uncertain N)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--minutes", type=float, default=0, help="start no run after so long")
     ap.add_argument("--store", help="results store (default: $MODAK_RESULTS or ~/.local/...)")
     ap.add_argument("--csv", help="then write the campaign's rows as CSV")
     ap.add_argument("--list", action="store_true", help="say what is left, run nothing")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--uncertain", type=int, metavar="N", default=0,
+                    help="one more round of the N cells the model predicts worst")
     ap.add_argument("--refingerprint", action="store_true",
                     help="only fill the fingerprint columns the --csv rows lack")
     a = ap.parse_args()
@@ -259,14 +304,25 @@ def main() -> int:
     families = a.family or list(FAMILIES)
     targets = a.target or list(TARGETS)
     variants = a.variant or [0, 1]
-    counts = done(store)
+    counts, broken = done(store), failed(store)
     # every cell once before any cell twice; variant 0 everywhere before variant 1
     cells = [(f, v, t) for rep in range(a.repeats) for v in variants for t in targets
              for f in families]
+    want = {cell: a.repeats for cell in cells}  # runs per configuration, per cell
+    if a.uncertain:
+        scores = uncertainty(store)
+        ranked = sorted((c for c in dict.fromkeys(cells) if c in scores),
+                        key=lambda c: -scores[c])[:a.uncertain]
+        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs_for(c[2]))
+                for c in ranked}
+        cells = ranked
+        for c in ranked:
+            print(f"  {c[0]} b{c[1]} {c[2]}: held-out error {scores[c]:.0%}, round {want[c]}")
     left = [(f, v, t, c) for f, v, t in dict.fromkeys(cells) for c in configs_for(t)
-            if counts.get(run_id(f, v, t, c), 0) < a.repeats]
+            if counts.get(run_id(f, v, t, c), 0) < want[(f, v, t)]
+            and run_id(f, v, t, c) not in broken]
     print(f"{len(left)} runs left of {sum(len(configs_for(t)) for _, _, t in dict.fromkeys(cells))}"
-          f" (repeats {a.repeats})", flush=True)
+          f" (repeats {a.repeats if not a.uncertain else 'one more round'})", flush=True)
     if a.list:
         for f, v, t, c in left:
             print(f"  {f} b{v} {t} {c}")
@@ -274,7 +330,8 @@ def main() -> int:
     started = time.time()
     figures: dict[str, dict] = {}
     for f, v, t in dict.fromkeys(cells):
-        todo = [c for c in configs_for(t) if counts.get(run_id(f, v, t, c), 0) < a.repeats]
+        todo = [c for c in configs_for(t) if counts.get(run_id(f, v, t, c), 0) < want[(f, v, t)]
+                and run_id(f, v, t, c) not in broken]
         if not todo:
             continue
         if a.minutes and time.time() - started > a.minutes * 60:

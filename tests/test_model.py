@@ -432,3 +432,30 @@ def test_the_evaluation_settles_what_the_model_ranks_with_recorded_trials():
     # everything measured slower than stock: stock stays
     slow = {k: [(1.5, 2.0)] if k != "off/glibc/fp32" else v for k, v in runs.items()}
     assert ev.label(ev.searched(g, "lowo", slow)) == "stock"
+
+
+def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_path):
+    """``transfer_campaign.py --uncertain N`` ranks the cells by the model's held-out error:
+    a cell where one configuration ran 4x slower than anything else shows (an effect no
+    feature explains) comes first."""
+    import csv
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
+    campaign = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(campaign)
+    cells = ("small-cnn/b0/2c/", "resnet18/b0/2c/", "mlp/b0/2c/", "gru/b0/2c/")
+    with open(ROOT / "benchmarks/data/transfer-campaign.csv", newline="") as f:
+        rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
+                for r in csv.DictReader(f)
+                if any(r["run_id"].startswith("transfer/" + c) for c in cells)]
+    for r in rows:
+        if r["run_id"] == "transfer/mlp/b0/2c/tcmalloc":
+            r["s_per_step"] = str(4 * float(r["s_per_step"]))
+    store = ResultsStore(tmp_path / "campaign.sqlite")
+    store.append(rows)
+    scores = campaign.uncertainty(store)
+    assert set(scores) == {("small-cnn", 0, "2c"), ("resnet18", 0, "2c"), ("mlp", 0, "2c"),
+                           ("gru", 0, "2c")}
+    assert max(scores, key=scores.get) == ("mlp", 0, "2c")

@@ -311,7 +311,7 @@ class _FlopCounter:
         self.owner, self.torch = owner, torch
         self.registry = dict(flop_registry)
         self.total = 0.0
-        self.elements = 0.0  # tensor elements the step's operations wrote (views excluded)
+        self.elements = 0.0  # tensor elements the step's operations wrote (no views, no casts)
         self.forward: dict[str, float] = defaultdict(float)
         self.stack: list[str] = []
         self.in_backward = False

@@ -357,6 +357,8 @@ class Plan(Strict):
     stdout: str = Field(description="the job's output file, in the run directory")
     stderr: Optional[str] = Field(None, description="its error file; null: in stdout")
     walltime_s: Optional[int] = Field(None, description="the job's wall-time limit")
+    steps: Optional[int] = Field(None, description="the optimizer steps the application "
+                                 "states (its ``steps``); null: not stated")
     autotune: tuple[Configuration, ...] = Field(
         (), description="candidates a short autotuning trial should measure")
     search: bool = Field(

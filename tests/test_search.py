@@ -265,3 +265,8 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
     stated.record(trials)
     assert stated.out.budget_s == pytest.approx(0.1 * (0.1 + 0.0134 * 5000))
     assert "re-based on stock's first trial" in how
+    # the steps the blueprint's application states count as stated too
+    asked, how = ActionModule._start({**plan, "steps": 5000}, args, Configuration)
+    asked.record(trials)
+    assert asked.job_steps == 5000 and "re-based on stock's first trial" in how
+    assert asked.out.budget_s == pytest.approx(0.1 * (0.1 + 0.0134 * 5000))

@@ -86,13 +86,13 @@ class ActionModule(ActionBase):
                      if Configuration(**c["configuration"]) == stock), None) or {}
         per_step = pred.get("seconds")
         wall = plan.get("walltime_s")
-        steps = args["job_steps"] or (int(wall / per_step) if wall and per_step else 0) \
-            or 10000
+        stated = args["job_steps"] or plan.get("steps") or 0  # the variable, else the request
+        steps = stated or (int(wall / per_step) if wall and per_step else 0) or 10000
         expected = steps * per_step if per_step else (wall or 3600)
         budget = args["budget_fraction"] * expected
         # only a job of stated steps has a length that stock's trial measures better than
         # the plan predicted; otherwise its length is its wall time (the steps a guess)
-        rebase = args["budget_fraction"] if args["job_steps"] else None
+        rebase = args["budget_fraction"] if stated else None
         how = ("%.0f s: %.0f%% of the job's expected %.0f s (%d steps%s)" % (
             budget, 100 * args["budget_fraction"], expected, steps,
             " at stock's predicted %.3g s/step" % per_step if per_step else

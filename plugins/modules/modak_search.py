@@ -23,8 +23,8 @@ description:
     round the two ran side by side.
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round always runs, and after it, for a
-    job of stated O(job_steps), the budget is re-based on the job's time at stock's measured
-    speed.
+    job of stated steps (O(job_steps) or the plan's C(steps)), the budget is re-based on
+    the job's time at stock's measured speed.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
@@ -51,7 +51,8 @@ options:
     type: float
     default: 0.1
   job_steps:
-    description: Optimizer steps the job will run (0 - from the wall time and stock's speed).
+    description: Optimizer steps the job will run (0 - the steps the request's application
+      states, the plan's C(steps), else from the wall time and stock's speed).
     type: int
     default: 0
   first_steps:

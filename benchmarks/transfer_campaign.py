@@ -207,7 +207,7 @@ def seed(store: ResultsStore, path: Path) -> int:
 
 # the fingerprint's columns, as the store names them
 FINGERPRINT_COLUMNS = ["trainable_parameters", "flops_per_step", "elements_per_step",
-                       "input_shape", *(c for c in COLUMNS if c.startswith("flops_")
+                       "ops_per_step", "input_shape", *(c for c in COLUMNS if c.startswith("flops_")
                                         and c != "flops_per_step")]
 
 
@@ -238,7 +238,8 @@ def refingerprint(path: Path) -> int:
                         r[c] = json.dumps(v) if isinstance(v, list) else str(v)
                         filled += 1
             print(f"{family} b{variant}: {fp['fingerprint']}, elements/step "
-                  f"{fp.get('elements_per_step')}", flush=True)
+                  f"{fp.get('elements_per_step')}, operations/step {fp.get('ops_per_step')}",
+                  flush=True)
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
         w.writeheader()

@@ -43,6 +43,9 @@ class Fingerprint:
     # tensor elements the operations of one step wrote (forward, backward, update; views
     # excluded): the step's memory traffic, which FLOPs alone do not show
     elements_per_step: Optional[float] = None
+    # operations one step dispatched (forward, backward, update; views and casts excluded):
+    # each pays the framework's per-operation overhead, which FLOPs and traffic do not show
+    ops_per_step: Optional[int] = None
     flop_share: dict[str, float] = field(default_factory=dict)  # FLOP_KINDS -> share (forward)
     batch_size: Optional[int] = None
     input_shape: Optional[list[int]] = None
@@ -112,6 +115,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "trainable_parameters": ("INTEGER", "fingerprint.trainable_parameters"),
     "flops_per_step": ("REAL", "fingerprint.flops_per_step"),
     "elements_per_step": ("REAL", "fingerprint.elements_per_step"),
+    "ops_per_step": ("INTEGER", "fingerprint.ops_per_step"),
     **{f"flops_{k}": ("REAL", f"fingerprint.flop_share.{k}") for k in FLOP_KINDS},
     "batch_size": ("INTEGER", "fingerprint.batch_size"),
     "input_shape": ("TEXT", "fingerprint.input_shape"),

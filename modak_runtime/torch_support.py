@@ -312,6 +312,8 @@ class _FlopCounter:
         self.registry = dict(flop_registry)
         self.total = 0.0
         self.elements = 0.0  # tensor elements the step's operations wrote (no views, no casts)
+        self.ops = 0  # the operations the step dispatched (no views, no casts): each pays
+        #               the framework's per-operation overhead in eager mode
         self.forward: dict[str, float] = defaultdict(float)
         self.stack: list[str] = []
         self.in_backward = False
@@ -360,6 +362,7 @@ class _FlopCounter:
         if not getattr(func, "is_view", False) and packet.__name__ != "_to_copy":
             # (a view writes nothing; a cast is the configuration's, not the workload's)
             self.elements += _written(out, self.torch.Tensor)
+            self.ops += 1
         name = packet.__name__
         formula = self.registry.get(packet)
         if formula is not None:
@@ -404,6 +407,7 @@ class _FlopCounter:
         from .record import FLOP_KINDS
         fp.flops_per_step = self.total
         fp.elements_per_step = self.elements or None
+        fp.ops_per_step = self.ops or None
         fp.flop_share = {k: (self.forward.get(k, 0.0) / fwd if fwd else 0.0) for k in FLOP_KINDS}
         fp.method = "torch dispatch: torch.utils.flop_counter formulas, one step"
         if self.matmul_dtypes:

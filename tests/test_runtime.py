@@ -171,12 +171,16 @@ def test_fingerprint_of_the_papers_mnist_cnn_matches_a_count_by_hand():
     # conv2, pooling, dense, logits), at most a few times that and the parameters' updates
     outputs = (32 * 26 * 26 + 64 * 24 * 24 + 64 * 12 * 12 + 128 + 10) * 128
     assert 2 * outputs <= fp["elements_per_step"] <= 10 * (outputs + 1_199_882)
+    # the operations it dispatched: at least each layer's forward and backward (2 x 9), at
+    # most a few per layer and per parameter tensor (the optimizer's update)
+    assert 18 <= fp["ops_per_step"] <= 10 * (9 + 8)
     # bf16's casts are the configuration's, not the workload's: the same count
     rc, _, bf16, err = run(ROOT / "workloads/train.py", "--steps", "2", "--warmup", "0",
                            env={"MODAK_PRECISION": "bf16"})
     assert rc == 0, err
     assert bf16["effect"]["matmul_dtype"] == "bfloat16"
     assert bf16["fingerprint"]["elements_per_step"] == fp["elements_per_step"]
+    assert bf16["fingerprint"]["ops_per_step"] == fp["ops_per_step"]
 
 
 def test_fingerprint_of_a_transformer_counts_attention():

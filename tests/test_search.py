@@ -94,6 +94,28 @@ def test_the_budget_is_re_based_on_the_measured_stock_trial():
     assert rebased.rounds > 1 and rebased.spent_s <= rebased.budget_s
 
 
+def test_the_first_round_is_cut_to_what_its_budget_affords():
+    """Before any trial has measured a cost, the first round is estimated (a trial's
+    overhead plus its steps at stock's predicted speed): it runs stock and the best-ranked
+    candidates that fit; a job too short for two trials runs none and keeps stock."""
+    run, calls = recorded(LM)
+    out = search([BOTH, BF16, TCMALLOC], STOCK, run, job_steps=3000, budget_s=25,
+                 trial_overhead_s=10.0, s_per_step=0.05)
+    # 10 s + 10 x 0.05 s a trial: 25 s affords two, stock and the model's first
+    assert [c for c, steps in calls if steps == 10] == [STOCK, BOTH]
+    assert out.verdicts[BF16.label()].startswith("not tried: the first round affords 2")
+    assert out.verdicts[TCMALLOC.label()].startswith("not tried")
+    run, calls = recorded(LM)
+    short = search([BOTH, BF16, TCMALLOC], STOCK, run, job_steps=150, budget_s=0.75,
+                   trial_overhead_s=10.0, s_per_step=0.05, budget_fraction=0.1)
+    assert calls == [] and short.chosen == STOCK and short.rounds == 0
+    assert "too short for trials" in short.verdicts[STOCK.label()]
+    # the same job without an estimate of a trial's cost runs its first round, as before
+    run, calls = recorded(LM)
+    search([BOTH, BF16, TCMALLOC], STOCK, run, job_steps=150, budget_s=0.75)
+    assert len(calls) == 4
+
+
 def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():
     """The rounds are paired (stock runs beside the candidates in each): a candidate that
     wins the last round but lost to stock in an earlier one is noise, not a speed-up."""
@@ -256,7 +278,7 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
             "candidates": [{"configuration": c.model_dump(mode="json"), "score": 1.0,
                             "prediction": None} for c in (STOCK, BF16)]}
     args = {"candidates": 3, "budget_fraction": 0.1, "job_steps": 0, "first_steps": 10,
-            "max_rounds": 3, "loss_tolerance": 0.05}
+            "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": 10.0}
     walled, how = ActionModule._start(plan, args, Configuration)
     trials = [Trial(STOCK, 10, 0.0134, 0.1, 3.4, 1.5), Trial(BF16, 10, 0.012, 0.1, 3.2, 1.5)]
     walled.record(trials)
@@ -270,3 +292,10 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
     asked.record(trials)
     assert asked.job_steps == 5000 and "re-based on stock's first trial" in how
     assert asked.out.budget_s == pytest.approx(0.1 * (0.1 + 0.0134 * 5000))
+    # a job whose plan predicts 90 s (3000 steps at 0.03 s): 9 s affords no trial of 10 s
+    # overhead (the first round of such a job took 40 s through the job path)
+    known = {**plan, "steps": 3000, "candidates": [
+        {**c, "prediction": {"seconds": 0.03}} for c in plan["candidates"]]}
+    short, how = ActionModule._start(known, args, Configuration)
+    assert short.next_round() is None and short.outcome().chosen == STOCK
+    assert "too short" in short.out.verdicts[STOCK.label()]

@@ -14,10 +14,14 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   ``warm-up + s/step x job steps``, so a compiler that pays only after two hours is not
   chosen for a ten-minute job;
 - **the budget** is a fraction of the job's expected run time (stock's), in seconds of
-  trial wall time; a round that would exceed it is not started.  The first round always
-  runs: it measures stock, and with ``budget_fraction`` the budget is then re-based on
-  stock's measured job time (the planner's estimate of it may be far off for a new
-  workload);
+  trial wall time; a round that would exceed it is not started.  The first round runs
+  without a measured cost to go by: it is cut to the candidates that fit the budget at an
+  estimated ``trial_overhead_s`` (start-up through the job path, warm-up) plus its steps
+  at the predicted ``s_per_step`` each, best-ranked first; where not even stock and one
+  candidate fit, no trial runs and stock is kept (a job too short for trials to pay for
+  themselves).  The first round measures stock, and with ``budget_fraction`` the budget is
+  then re-based on stock's measured job time (the planner's estimate of it may be far off
+  for a new workload);
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -95,9 +99,13 @@ class Halving:
     def __init__(self, candidates: Sequence[Configuration], stock: Configuration, *,
                  job_steps: int, budget_s: float, first_steps: int = 10, eta: int = 2,
                  loss_tolerance: float = 0.05, max_rounds: int = 4,
-                 budget_fraction: Optional[float] = None):
+                 budget_fraction: Optional[float] = None, trial_overhead_s: float = 0.0,
+                 s_per_step: Optional[float] = None):
         self.stock, self.job_steps, self.budget_s = stock, job_steps, budget_s
         self.budget_fraction = budget_fraction
+        # the first round's cost before anything is measured: per trial, this much plus
+        # its steps at the predicted seconds per step
+        self.trial_overhead_s, self.s_per_step = trial_overhead_s, s_per_step
         self.eta, self.tolerance, self.max_rounds = eta, loss_tolerance, max_rounds
         self.pool = [stock] + [c for c in candidates if c != stock]
         self.steps = first_steps
@@ -108,11 +116,37 @@ class Halving:
     def next_round(self) -> Optional[tuple[list[Configuration], int]]:
         if self.finished or not self.pool or self.out.rounds >= self.max_rounds:
             return self._finish()
+        if not self.out.rounds and not self._first_round_fits():
+            return self._finish()
         # the round's cost, estimated from the last round (its trials at this many steps)
         estimate = sum(_estimate(self.last.get(c), self.steps) for c in self.pool)
         if self.out.rounds and self.out.spent_s + estimate > self.budget_s:
             return self._finish()
         return list(self.pool), self.steps
+
+    def _first_round_fits(self) -> bool:
+        """Cut the first round to the trials its budget affords (stock and the
+        best-ranked candidates); False where it affords fewer than stock and one."""
+        per_trial = self.trial_overhead_s + self.steps * (self.s_per_step or 0.0)
+        if per_trial <= 0 or not math.isfinite(self.budget_s):
+            return True
+        fits = int(self.budget_s // per_trial)
+        if fits >= len(self.pool):
+            return True
+        estimate = f"{per_trial:.0f} s a trial, {self.budget_s:.0f} s of budget"
+        if fits < 2:
+            self.out.verdicts[self.stock.label()] = (
+                f"chosen without trials: the budget affords {fits} ({estimate}); the job "
+                f"is too short for trials to pay for themselves")
+            for c in self.pool[1:]:
+                self.out.verdicts[c.label()] = "not tried: the job is too short for trials"
+            self.pool = [self.stock]
+            return False
+        for c in self.pool[fits:]:
+            self.out.verdicts[c.label()] = (f"not tried: the first round affords {fits} "
+                                            f"trials ({estimate})")
+        self.pool = self.pool[:fits]
+        return True
 
     def record(self, trials: Sequence[Trial]) -> None:
         out = self.out
@@ -208,6 +242,7 @@ class Halving:
             return {**t.__dict__, "configuration": t.configuration.model_dump(mode="json")}
         return {"stock": self.stock.model_dump(mode="json"), "job_steps": self.job_steps,
                 "budget_s": self.budget_s, "budget_fraction": self.budget_fraction,
+                "trial_overhead_s": self.trial_overhead_s, "s_per_step": self.s_per_step,
                 "eta": self.eta, "tolerance": self.tolerance,
                 "max_rounds": self.max_rounds, "steps": self.steps, "finished": self.finished,
                 "pool": [c.model_dump(mode="json") for c in self.pool],
@@ -221,7 +256,9 @@ class Halving:
             return Trial(**{**d, "configuration": Configuration(**d["configuration"])})
         h = cls([], Configuration(**st["stock"]), job_steps=st["job_steps"],
                 budget_s=st["budget_s"], eta=st["eta"], loss_tolerance=st["tolerance"],
-                max_rounds=st["max_rounds"], budget_fraction=st.get("budget_fraction"))
+                max_rounds=st["max_rounds"], budget_fraction=st.get("budget_fraction"),
+                trial_overhead_s=st.get("trial_overhead_s", 0.0),
+                s_per_step=st.get("s_per_step"))
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.steps, h.finished = st["steps"], st["finished"]
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
@@ -234,12 +271,14 @@ class Halving:
 def search(candidates: Sequence[Configuration], stock: Configuration,
            run: Callable[[Configuration, int], Trial], *, job_steps: int, budget_s: float,
            first_steps: int = 10, eta: int = 2, loss_tolerance: float = 0.05,
-           max_rounds: int = 4, budget_fraction: Optional[float] = None) -> Outcome:
+           max_rounds: int = 4, budget_fraction: Optional[float] = None,
+           trial_overhead_s: float = 0.0, s_per_step: Optional[float] = None) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring."""
     h = Halving(candidates, stock, job_steps=job_steps, budget_s=budget_s,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
-                max_rounds=max_rounds, budget_fraction=budget_fraction)
+                max_rounds=max_rounds, budget_fraction=budget_fraction,
+                trial_overhead_s=trial_overhead_s, s_per_step=s_per_step)
     while True:
         step = h.next_round()
         if step is None:

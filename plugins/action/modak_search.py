@@ -36,6 +36,7 @@ class ActionModule(ActionBase):
                     budget_fraction=dict(type="float", default=0.1),
                     job_steps=dict(type="int", default=0),
                     first_steps=dict(type="int", default=10),
+                    trial_overhead_s=dict(type="float", default=10.0),
                     max_rounds=dict(type="int", default=3),
                     loss_tolerance=dict(type="float", default=0.05))
         dummy, args = self.validate_argument_spec(spec)
@@ -100,7 +101,8 @@ class ActionModule(ActionBase):
             + ("; re-based on stock's first trial" if rebase else ""))
         return Halving(trials, stock, job_steps=steps, budget_s=budget,
                        first_steps=args["first_steps"], max_rounds=args["max_rounds"],
-                       loss_tolerance=args["loss_tolerance"], budget_fraction=rebase), how
+                       loss_tolerance=args["loss_tolerance"], budget_fraction=rebase,
+                       trial_overhead_s=args["trial_overhead_s"], s_per_step=per_step), how
 
     @staticmethod
     def _trial(rec, Trial, Configuration):

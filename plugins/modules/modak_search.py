@@ -22,9 +22,10 @@ description:
     (O(job_steps)); the choice is never slower than the stock trial as measured, in any
     round the two ran side by side.
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
-    predicted speed, else its wall time); the first round always runs, and after it, for a
-    job of stated steps (O(job_steps) or the plan's C(steps)), the budget is re-based on
-    the job's time at stock's measured speed.
+    predicted speed, else its wall time); the first round is cut to the trials the budget
+    affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit:
+    stock is kept), and after it, for a job of stated steps (O(job_steps) or the plan's
+    C(steps)), the budget is re-based on the job's time at stock's measured speed.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
@@ -59,6 +60,15 @@ options:
     description: Steps of the first round's trials (each round doubles them).
     type: int
     default: 10
+  trial_overhead_s:
+    description:
+    - What one trial costs besides its steps (start-up through the job path, warm-up), in
+      seconds, before any trial has measured it. With stock's predicted seconds per step it
+      estimates the first round, which is cut to the trials the budget affords (stock and
+      the best-ranked candidates); where it affords fewer than two, no trial runs and stock
+      is kept.
+    type: float
+    default: 10.0
   max_rounds:
     description: Rounds at most.
     type: int

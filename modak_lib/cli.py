@@ -313,6 +313,12 @@ def eval_lines(result: dict, table_lines) -> list[str]:
                               "decisions"])
     out.append("'+search': the held-out model's top candidates and stock settled by the "
                "budgeted search, each trial one recorded run")
+    rep = result.get("repeatability")
+    if rep:
+        out.append(f"repeatability: {pct(rep['mape'])} MAPE of one run against the median of "
+                   f"its configuration's other runs ({rep['configurations']} configurations "
+                   "measured twice or more, stock left out): the scatter the measured medians "
+                   "carry")
     if result.get("estimators"):
         out.append("")
         rows = [[name, *(pct(v.get(how, float("nan"))) for how in ("loco", "lowo", "loto"))]

@@ -434,6 +434,23 @@ def test_the_evaluation_settles_what_the_model_ranks_with_recorded_trials():
     assert ev.label(ev.searched(g, "lowo", slow)) == "stock"
 
 
+def test_the_evaluation_says_how_far_the_measurements_scatter_themselves():
+    """``repeatability``: each run of a configuration measured twice or more against the
+    median of its other runs; stock (its cell's level after the round correction) and
+    configurations measured once are left out."""
+    def run(precision, steady, threads=2):
+        return {"compiler": "off", "threads": threads, "cores": 2, "allocator": "glibc",
+                "precision": precision, "channels_last": 0, "onednn": 1, "steady": steady,
+                "configuration": f"{precision}/{threads}"}
+    df = pd.DataFrame([run("fp32", 1.0), run("fp32", 3.0),  # stock: left out
+                       run("bf16", 1.0), run("bf16", 1.0), run("bf16", 1.5),
+                       run("fp32", 9.0, threads=1)])  # measured once: left out
+    rep = ev.repeatability(df)
+    assert rep["configurations"] == 1
+    # 1.0 against median(1.0, 1.5) = 1.25 (twice); 1.5 against median(1.0, 1.0) = 1.0
+    assert rep["mape"] == pytest.approx((0.25 / 1.25 * 2 + 0.5) / 3)
+
+
 def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_path):
     """``transfer_campaign.py --uncertain N`` ranks the cells by the model's held-out error:
     a cell where one configuration ran 4x slower than anything else shows (an effect no

@@ -137,7 +137,31 @@ def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, A
                 if groups_of(df, by).nunique() > 1}
     return {"estimator": estimator, "overall": overall, "per_family": summary("workload"),
             "per_target": summary("target"), "decisions": decisions, "configurations": cfg,
-            "estimators": estimators, "rows": int(len(df))}
+            "estimators": estimators, "rows": int(len(df)),
+            "repeatability": repeatability(df)}
+
+
+def repeatability(df) -> dict[str, Any]:
+    """How well the measurements predict themselves: each run of a configuration measured
+    two or more times against the median of its other runs (round-corrected, as the model
+    sees them), as a MAPE.  The medians the model is judged on carry this scatter (less,
+    by the number of repeats), so a held-out MAPE near it is as good as the data can show.
+    Stock runs are left out: the round correction makes them their cell's level by
+    construction."""
+    import numpy as np
+
+    errors = []
+    d = df[~stock_mask(df).to_numpy()]
+    for _, g in d.groupby("configuration"):
+        times = g["steady"].to_numpy(dtype=float)
+        if len(times) < 2:
+            continue
+        for i in range(len(times)):
+            rest = np.median(np.delete(times, i))
+            errors.append(abs(times[i] - rest) / rest)
+    return {"mape": float(np.mean(errors)) if errors else float("nan"),
+            "configurations": int(sum(1 for _, g in d.groupby("configuration")
+                                      if len(g) > 1))}
 
 
 @dataclass(frozen=True)

@@ -373,6 +373,14 @@ class _FlopCounter:
             if name.endswith("backward"):
                 q, k = args[1], args[2]
                 flops = 8.0 * q.shape[0] * q.shape[1] * q.shape[2] * k.shape[2] * q.shape[3]
+        elif name in ("mkldnn_rnn_layer", "mkldnn_rnn_layer_backward"):
+            # oneDNN's fused recurrent layer (an LSTM on the CPU), which torch's formulas
+            # lack: the gates' products with the input and hidden weights at every time
+            # step, (time x batch) rows of them; twice that backward (inputs and weights)
+            x, w_ih, w_hh = args[0], args[1], args[2]
+            flops = 2.0 * x.shape[0] * x.shape[1] * (w_ih.numel() + w_hh.numel())
+            if name.endswith("backward"):
+                flops *= 2
         elif self.stack and self.stack[-1] == "norm":
             first = out[0] if isinstance(out, (tuple, list)) and out else out
             if not isinstance(first, self.torch.Tensor):

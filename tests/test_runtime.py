@@ -196,6 +196,21 @@ def test_fingerprint_of_a_transformer_counts_attention():
     assert rec["fingerprint"]["trainable_parameters"] == v * d + seq * d + 2 * block + d * v + v
 
 
+def test_fingerprint_of_an_lstm_counts_its_recurrent_layers():
+    """On the CPU an LSTM runs as oneDNN's fused layer, for which torch has no FLOP
+    formula: the runtime counts the gates' products itself (else the model would see only
+    the head)."""
+    need("torch")
+    rc, _, rec, err = run(SCRIPTS / "tiny_lstm.py")
+    assert rc == 0, err
+    fp = rec["fingerprint"]
+    rows = 4 * 10  # (batch x time) rows through each layer
+    lstm = 2 * rows * (4 * 32 * 16 + 4 * 32 * 32 + 4 * 32 * 32 + 4 * 32 * 32)
+    linear = 2 * rows * 32 * 5
+    assert fp["flop_share"]["recurrent"] == pytest.approx(lstm / (lstm + linear))
+    assert fp["flops_per_step"] == pytest.approx(3 * (lstm + linear))
+
+
 def test_fingerprint_finds_the_batch_inside_a_tuple_of_inputs():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "two_inputs.py", "3")

@@ -129,6 +129,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "failed_knob": ("TEXT", "error.knob"), "error": ("TEXT", "error.message"),
     "image": ("TEXT", None), "target": ("TEXT", None), "cpu_model": ("TEXT", "host.cpu_model"),
     "microarchitecture": ("TEXT", "host.microarchitecture"), "cores": ("INTEGER", "host.cores"),
+    "boot_id": ("TEXT", "host.boot_id"),
     "accelerator": ("TEXT", None),
     # the target's measured figures (its probe: modak_runtime.probe), filled by the recorder
     "gflops_fp32": ("REAL", None), "gflops_bf16": ("REAL", None),

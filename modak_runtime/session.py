@@ -87,6 +87,11 @@ def host_facts() -> dict[str, Any]:
                                                    & set(RELEVANT_FLAGS))
     except OSError:
         pass
+    try:  # the machine as booted: a host of the same kind next session is another one
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            facts["boot_id"] = f.read().strip() or None
+    except OSError:
+        facts["boot_id"] = None
     facts["microarchitecture"] = _env("MODAK_MICROARCHITECTURE")
     if facts["microarchitecture"] is None:
         try:

@@ -476,3 +476,34 @@ def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_pa
     assert set(scores) == {("small-cnn", 0, "2c"), ("resnet18", 0, "2c"), ("mlp", 0, "2c"),
                            ("gru", 0, "2c")}
     assert max(scores, key=scores.get) == ("mlp", 0, "2c")
+
+
+def test_the_campaign_describes_each_machine_by_its_own_best_probe(tmp_path):
+    """A target measured on two machines (two boots: another session's host of the same
+    kind) is two descriptions: each machine's rows get the best of its own probes, never
+    the other machine's; rows of runtimes that did not record a boot are one machine."""
+    import csv
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
+    campaign = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(campaign)
+
+    def row(n, boot, fp32, bf16):
+        return {"recorded_at": f"2026-11-23T0{n}:00:00+00:00", "source": campaign.SOURCE,
+                "run_id": "transfer/mlp/b0/2c/stock", "workload": "mlp",
+                "framework": "pytorch", "compiler": "off", "allocator": "glibc",
+                "precision": "fp32", "channels_last": 0, "onednn": 1, "status": "ok",
+                "target": "2c", "boot_id": boot, "gflops_fp32": fp32, "gflops_bf16": bf16,
+                "bandwidth_gbs": 30.0, "s_per_step": 0.1, "raw": f"run {n}"}
+    store = ResultsStore(tmp_path / "campaign.sqlite")
+    store.append([row(1, "a", 100.0, 400.0), row(2, "a", 120.0, 380.0),
+                  row(3, "b", 200.0, 900.0), row(4, None, 90.0, 300.0)])
+    assert campaign.export(store, tmp_path / "out.csv") == 4
+    with open(tmp_path / "out.csv", newline="") as f:
+        got = {r["raw"]: (float(r["gflops_fp32"]), float(r["gflops_bf16"]))
+               for r in csv.DictReader(f)}
+    assert got == {"run 1": (120.0, 400.0), "run 2": (120.0, 400.0),
+                   "run 3": (200.0, 900.0), "run 4": (90.0, 300.0)}
+

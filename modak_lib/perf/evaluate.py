@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .features import TARGET_FIGURES
 from .fit import (CONFIG_KEYS, ESTIMATORS, TARGET_KEYS, ModelError, config_groups,
                   groups_of, held_out_predictions, mape, recorded_times, stock_mask,
                   target_id, training_frame, usable)
@@ -62,7 +63,7 @@ def evaluate(df, estimator: str = "linear", compare: bool = True) -> dict[str, A
                   configuration=("configuration", "first"),
                   **{k: (f"pred_{k}", "median") for k in HOLD_OUT})
              .reset_index())
-    cell = ["workload", "framework", "target", "batch_size", "image_size"]
+    cell = ["workload", "framework", "target", "batch_size", "image_size", *TARGET_FIGURES]
     cfg["stock"] = stock_mask(cfg) if len(cfg) else False
     for how in ANCHORED:  # after the stock trial: its measured level, the model's ratios
         cfg[f"{how}_stock"] = np.nan

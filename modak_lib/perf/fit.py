@@ -31,8 +31,10 @@ from .card import ModelCard
 RANGE_MARGIN = 0.5     # log space (x1.65): how far beyond the measured efficiencies a prediction
 #                        may go
 PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
+# a cell: one workload on one target as its probe describes it (the same CPU on another
+# machine, measured otherwise, is another target)
 TARGET_KEYS = ["fingerprint", "workload", "framework", "microarchitecture", "cores", "batch_size",
-               "image_size"]
+               "image_size", *F.TARGET_FIGURES]
 CONFIG_KEYS = F.CONFIG_KEYS
 INT_KEYS = ("threads", "channels_last", "onednn", "batch_size", "cores")
 
@@ -96,7 +98,8 @@ def round_shift(df):
 
     This shared machine's speed drifts by tens of percent between minutes (other tenants),
     but the runs of one interleaved round (a campaign's cell, a search's trials) share it:
-    a run's control is the stock run of its cell (workload, batch, target) nearest in time,
+    a run's control is the stock run of its cell (workload, batch, target and the target's
+    figures: ``TARGET_KEYS``) nearest in time,
     within ROUND_WINDOW_S, and the shift is that stock run's log time minus the median over
     the cell's stock runs.  Zero where a cell has fewer than two stock runs or a row has no
     time: then there is nothing to correct with."""
@@ -251,9 +254,12 @@ def make_estimator(name: str):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
 
-    pre = ColumnTransformer([
-        ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), F.CATEGORICAL),
-        ("num", _floor_scaler()(), F.NUMERIC)])
+    def inputs(numeric):
+        return ColumnTransformer([
+            ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False),
+             F.CATEGORICAL), ("num", _floor_scaler()(), numeric)])
+
+    pre = inputs(F.NUMERIC)
     if name == "linear":  # the seed paper's linear model; knob effects per workload/target
         crossed = tuple(F.NUMERIC.index(k) for k in F.CROSSED)
         return Pipeline([("pre", pre), ("inter", _crossed()(len(F.NUMERIC), crossed)),
@@ -269,10 +275,14 @@ def make_estimator(name: str):
         return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
     if name == "forest":
         return Pipeline([("pre", pre), ("reg", RandomForestRegressor(200, random_state=0))])
+    if name == "gbr-target":  # the workload only through the baseline: efficiencies and
+        #                       knob effects as the configuration and the target make them
+        return Pipeline([("pre", inputs(F.TARGET_NUMERIC)),
+                         ("reg", GradientBoostingRegressor(random_state=0))])
     raise ModelError(f"unknown estimator {name!r}")
 
 
-ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest")
+ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "gbr-target")
 QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not minutes)
 
 
@@ -418,8 +428,7 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
         sigma_log=round(float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma, 4),
         sigma_log_unseen=round(sigma, 4), versions=library_versions(), residual_range=bounds,
         fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), light=light)
-    keep = every[TARGET_KEYS + CONFIG_KEYS + list(F.TARGET_FIGURES)
-                 + ["s_per_step", "accelerator", "source"]].copy()
+    keep = every[TARGET_KEYS + CONFIG_KEYS + ["s_per_step", "accelerator", "source"]].copy()
     return FittedModel(est, best, card, keep)
 
 

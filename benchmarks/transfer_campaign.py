@@ -1,4 +1,4 @@
-"""The transfer campaign: eight workload families x two batch sizes x three targets.
+"""The transfer campaign: eleven workload families x two batch sizes x three targets.
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
@@ -17,7 +17,8 @@ the runtime times the steps after its warm-up).  The targets are what this machi
   ``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``), named ``x86_64_v3``.
 
 Each target is probed first (``modak_runtime.probe``: its GFLOP/s and bandwidth, the
-features the model describes it by).  The configurations are a fraction of the full grid:
+features the model describes it by), and described by the best probe of its machine
+(``boot_id``): another session's machine, a host of the same kind, is another target.  The configurations are a fraction of the full grid:
 stock, torch.compile, bf16, both, tcmalloc, and one thread where there are two.  A round
 runs every configuration of one (family, batch, target) cell once, in a shuffled order, so
 that load on this shared machine hits them alike.
@@ -38,7 +39,10 @@ whose runs disagree with each other or with every other cell.
 (two steps, stock, through the runtime) and writes the fingerprint's columns that the
 CSV's rows of that fingerprint lack, such as a figure a newer runtime counts
 (``elements_per_step``); a fingerprint whose id differs from the rows' is an error (the
-script or PyTorch changed: the measurements are of another workload).
+script or PyTorch changed: the measurements are of another workload).  ``--recount
+FAMILY`` replaces that family's fingerprint instead, id included, where the runtime counted
+it wrong (an operation it had no FLOP formula for), as long as the parameters, the batch
+and the input shape are the rows' own.
 """
 from __future__ import annotations
 
@@ -74,6 +78,9 @@ FAMILIES: dict[str, tuple[str, list[list[str]]]] = {
                                              ["--batch-size", "16", "--length", "128"]]),
     "gru": ("gru.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
     "recommender": ("recommender.py", [["--batch-size", "128"], ["--batch-size", "1024"]]),
+    "lstm-lm": ("lstm_lm.py", [["--batch-size", "8"], ["--batch-size", "32"]]),
+    "vit": ("vit.py", [["--batch-size", "8"], ["--batch-size", "32"]]),
+    "conv1d": ("conv1d.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
 }
 
 # target -> (CPU affinity or None for all, environment, microarchitecture name)
@@ -151,21 +158,30 @@ def failed(store: ResultsStore) -> set[str]:
             if r.get("source") == SOURCE and r.get("status") == "failed"}
 
 
+FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
+
+
 def probe(target: str, seconds: float = 6.0) -> dict:
     cpus, env, _ = TARGETS[target]
     return run_here(seconds=seconds, env=env, cpus=cpus)
 
 
-FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
+def machine(row: dict) -> tuple:
+    """Which machine a row ran on: its target on one machine as booted (``boot_id``; the
+    rows of runtimes that did not record it count as one machine)."""
+    return row.get("target"), row.get("boot_id")
 
 
-def peaks(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """Per target, the best of the figures its probes measured (a probe reports its best
-    rate; on a shared machine a busy moment only lowers it): one description per target."""
-    out: dict[str, dict[str, float]] = {}
+def peaks(rows: list[dict]) -> dict[tuple, dict[str, float]]:
+    """Per target of one machine (:func:`machine`), the best of the figures its probes
+    measured (a probe reports its best rate; on a shared machine a busy moment only lowers
+    it): one description per target and machine.  Another session's machine, a host of the
+    same kind, is another target: this CPU's bf16 products measured 435 GFLOP/s on one
+    and 964 on another, and the same scripts ran 1.4-2.2x faster there."""
+    out: dict[tuple, dict[str, float]] = {}
     for r in rows:
         if r.get("source") == SOURCE and r.get("gflops_fp32"):
-            best = out.setdefault(r["target"], {})
+            best = out.setdefault(machine(r), {})
             for k in FIGURES:
                 if r.get(k):
                     best[k] = max(best.get(k, 0.0), float(r[k]))
@@ -174,7 +190,8 @@ def peaks(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 def export(store: ResultsStore, path: Path) -> int:
     """The store's campaign rows (each raw record once) as CSV, for
-    ``modak model eval --data PATH``; each target described by its best probe."""
+    ``modak model eval --data PATH``; each target of each machine described by its best
+    probe."""
     import csv
 
     rows, seen = [], set()
@@ -182,7 +199,7 @@ def export(store: ResultsStore, path: Path) -> int:
     best = peaks(all_rows)
     for r in all_rows:
         if r.get("source") == SOURCE and r.get("raw") not in seen:
-            rows.append({**r, **best.get(r["target"], {})})
+            rows.append({**r, **best.get(machine(r), {})})
             seen.add(r.get("raw"))
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
@@ -207,12 +224,16 @@ def seed(store: ResultsStore, path: Path) -> int:
 
 # the fingerprint's columns, as the store names them
 FINGERPRINT_COLUMNS = ["trainable_parameters", "flops_per_step", "elements_per_step",
-                       "ops_per_step", "input_shape", *(c for c in COLUMNS if c.startswith("flops_")
-                                        and c != "flops_per_step")]
+                       "ops_per_step", "input_shape",
+                       *(c for c in COLUMNS if c.startswith("flops_") and c != "flops_per_step")]
 
 
-def refingerprint(path: Path) -> int:
-    """Fill the fingerprint columns the CSV's rows lack (see the module docstring)."""
+SAME_WORKLOAD = ("trainable_parameters", "batch_size", "input_shape")
+
+
+def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
+    """Fill the fingerprint columns the CSV's rows lack; for the ``recount`` families,
+    replace them all (see the module docstring)."""
     import csv
     import json
 
@@ -223,15 +244,23 @@ def refingerprint(path: Path) -> int:
         for variant in (0, 1):
             prefix = f"transfer/{family}/b{variant}/"
             mine = [r for r in rows if (r.get("run_id") or "").startswith(prefix)]
-            if not any(not r.get(c) for r in mine for c in FINGERPRINT_COLUMNS
-                       if c != "input_shape"):
+            if not mine or family not in recount and not any(
+                    not r.get(c) for r in mine for c in FINGERPRINT_COLUMNS
+                    if c != "input_shape"):
                 continue
             fp = row_from_fom(run_one(family, variant, "2c", "stock", 2), source=SOURCE)
             for r in mine:
+                if family in recount and all(
+                        str(fp.get(c)) == str(json.loads(r[c]) if c == "input_shape"
+                                              else int(float(r[c])))
+                        for c in SAME_WORKLOAD if r.get(c)):
+                    r.update(fingerprint="", **{c: "" for c in FINGERPRINT_COLUMNS})
                 if r.get("fingerprint") and r["fingerprint"] != fp["fingerprint"]:
                     raise SystemExit(f"{family} b{variant}: the fingerprint is now "
                                      f"{fp['fingerprint']}, the CSV's rows have "
                                      f"{r['fingerprint']}: not the measured workload")
+                if not r.get("fingerprint"):
+                    r["fingerprint"] = fp["fingerprint"]
                 for c in FINGERPRINT_COLUMNS:
                     if not r.get(c) and fp.get(c) is not None:
                         v = fp[c]
@@ -292,11 +321,14 @@ def main() -> int:
                     help="one more round of the N cells the model predicts worst")
     ap.add_argument("--refingerprint", action="store_true",
                     help="only fill the fingerprint columns the --csv rows lack")
+    ap.add_argument("--recount", action="append", default=[], choices=sorted(FAMILIES),
+                    help="with --refingerprint: replace this family's fingerprint (a count "
+                         "the runtime lacked), if its parameters, batch and input match")
     a = ap.parse_args()
     if a.refingerprint:
         if not a.csv:
             ap.error("--refingerprint needs --csv")
-        print(f"filled {refingerprint(Path(a.csv))} values in {a.csv}")
+        print(f"filled {refingerprint(Path(a.csv), tuple(a.recount))} values in {a.csv}")
         return 0
     store = ResultsStore(a.store)
     if a.csv and Path(a.csv).exists() and not done(store):
@@ -339,11 +371,10 @@ def main() -> int:
             print("time is up: run again to go on", flush=True)
             break
         if t not in figures:
-            figures[t] = probe(t)
-            known = peaks(store.rows()).get(t, {}) if store.path.exists() else {}
-            figures[t].update({k: max(v, float(figures[t].get(k) or 0)) for k, v in
-                               known.items()})
-            p = figures[t]
+            figures[t] = p = probe(t)
+            known = peaks(store.rows()).get(machine({"target": t, "boot_id": p["host"].get(
+                "boot_id")}), {}) if store.path.exists() else {}
+            p.update({k: max(v, float(p.get(k) or 0)) for k, v in known.items()})
             print(f"== target {t}: fp32 {p['gflops_fp32']} GFLOP/s, bf16 {p['gflops_bf16']}, "
                   f"{p['bandwidth_gbs']} GB/s", flush=True)
         rng.shuffle(todo)

@@ -1,7 +1,7 @@
 """What the family scripts share: arguments, a fixed seed, the training loop.
 
 Each family is an ordinary PyTorch script (its model, its synthetic data, its loop); this
-module only keeps the eight of them short.  The data are fixed by the seed, so that the
+module only keeps them short.  The data are fixed by the seed, so that the
 losses of two configurations of one family can be compared (a knob that changes the
 result must show it)."""
 import argparse

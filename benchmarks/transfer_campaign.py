@@ -17,8 +17,9 @@ the runtime times the steps after its warm-up).  The targets are what this machi
   ``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``), named ``x86_64_v3``.
 
 Each target is probed first (``modak_runtime.probe``: its GFLOP/s and bandwidth, the
-features the model describes it by), and described by the best probe of its machine
-(``boot_id``): another session's machine, a host of the same kind, is another target.  The configurations are a fraction of the full grid:
+features the model describes it by); the export describes each target of each machine
+(``boot_id``) by the median of its probes: another session's machine, a host of the same
+kind, is another target.  The configurations are a fraction of the full grid:
 stock, torch.compile, bf16, both, tcmalloc, and one thread where there are two.  A round
 runs every configuration of one (family, batch, target) cell once, in a shuffled order, so
 that load on this shared machine hits them alike.
@@ -172,34 +173,37 @@ def machine(row: dict) -> tuple:
     return row.get("target"), row.get("boot_id")
 
 
-def peaks(rows: list[dict]) -> dict[tuple, dict[str, float]]:
-    """Per target of one machine (:func:`machine`), the best of the figures its probes
-    measured (a probe reports its best rate; on a shared machine a busy moment only lowers
-    it): one description per target and machine.  Another session's machine, a host of the
-    same kind, is another target: this CPU's bf16 products measured 435 GFLOP/s on one
-    and 964 on another, and the same scripts ran 1.4-2.2x faster there."""
-    out: dict[tuple, dict[str, float]] = {}
+def descriptions(rows: list[dict]) -> dict[tuple, dict[str, float]]:
+    """Per target of one machine (:func:`machine`), the median of each figure over the
+    distinct probes of it (each row carries its invocation's probe): one description per
+    target and machine.  Not the best: one machine's bandwidth probes here measured 49,
+    54 and 88 GB/s.  Another session's machine, a host of the same kind, is another
+    target: this CPU's bf16 products measured 435 GFLOP/s on one and 964 on another, and
+    the same scripts ran 1.4-2.2x faster there."""
+    import statistics
+
+    probes: dict[tuple, set] = {}
     for r in rows:
         if r.get("source") == SOURCE and r.get("gflops_fp32"):
-            best = out.setdefault(machine(r), {})
-            for k in FIGURES:
-                if r.get(k):
-                    best[k] = max(best.get(k, 0.0), float(r[k]))
-    return out
+            probes.setdefault(machine(r), set()).add(tuple(
+                float(r[k]) if r.get(k) else None for k in FIGURES))
+    return {m: {k: statistics.median(v) for i, k in enumerate(FIGURES)
+                if (v := [p[i] for p in seen if p[i] is not None])}
+            for m, seen in probes.items()}
 
 
 def export(store: ResultsStore, path: Path) -> int:
     """The store's campaign rows (each raw record once) as CSV, for
-    ``modak model eval --data PATH``; each target of each machine described by its best
-    probe."""
+    ``modak model eval --data PATH``; each target of each machine described by
+    :func:`descriptions`."""
     import csv
 
     rows, seen = [], set()
     all_rows = store.rows()
-    best = peaks(all_rows)
+    described = descriptions(all_rows)
     for r in all_rows:
         if r.get("source") == SOURCE and r.get("raw") not in seen:
-            rows.append({**r, **best.get(machine(r), {})})
+            rows.append({**r, **described.get(machine(r), {})})
             seen.add(r.get("raw"))
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
@@ -372,9 +376,6 @@ def main() -> int:
             break
         if t not in figures:
             figures[t] = p = probe(t)
-            known = peaks(store.rows()).get(machine({"target": t, "boot_id": p["host"].get(
-                "boot_id")}), {}) if store.path.exists() else {}
-            p.update({k: max(v, float(p.get(k) or 0)) for k, v in known.items()})
             print(f"== target {t}: fp32 {p['gflops_fp32']} GFLOP/s, bf16 {p['gflops_bf16']}, "
                   f"{p['bandwidth_gbs']} GB/s", flush=True)
         rng.shuffle(todo)

@@ -44,9 +44,6 @@ NUMERIC = ["log_params", "log_flops_per_sample", "log_batch",
            *[f"share_{k}" for k in SHARES],
            "log_threads", "thread_share", "log_gflops", "log_bf16_ratio", "log_bandwidth",
            "log_compute_s", "log_memory_s"]
-# what the target is and the threads the job gets (the workload left to the baseline)
-TARGET_NUMERIC = ["log_threads", "thread_share", "log_gflops", "log_bf16_ratio",
-                  "log_bandwidth"]
 # the bounded numbers a knob's effect is allowed to depend on in the linear model
 CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
 TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")

@@ -254,12 +254,9 @@ def make_estimator(name: str):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
 
-    def inputs(numeric):
-        return ColumnTransformer([
-            ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False),
-             F.CATEGORICAL), ("num", _floor_scaler()(), numeric)])
-
-    pre = inputs(F.NUMERIC)
+    pre = ColumnTransformer([
+        ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), F.CATEGORICAL),
+        ("num", _floor_scaler()(), F.NUMERIC)])
     if name == "linear":  # the seed paper's linear model; knob effects per workload/target
         crossed = tuple(F.NUMERIC.index(k) for k in F.CROSSED)
         return Pipeline([("pre", pre), ("inter", _crossed()(len(F.NUMERIC), crossed)),
@@ -275,14 +272,10 @@ def make_estimator(name: str):
         return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
     if name == "forest":
         return Pipeline([("pre", pre), ("reg", RandomForestRegressor(200, random_state=0))])
-    if name == "gbr-target":  # the workload only through the baseline: efficiencies and
-        #                       knob effects as the configuration and the target make them
-        return Pipeline([("pre", inputs(F.TARGET_NUMERIC)),
-                         ("reg", GradientBoostingRegressor(random_state=0))])
     raise ModelError(f"unknown estimator {name!r}")
 
 
-ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "gbr-target")
+ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest")
 QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not minutes)
 
 

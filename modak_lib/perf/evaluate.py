@@ -151,18 +151,17 @@ def repeatability(df) -> dict[str, Any]:
     construction."""
     import numpy as np
 
-    errors = []
-    d = df[~stock_mask(df).to_numpy()]
-    for _, g in d.groupby("configuration"):
+    errors, repeated = [], 0
+    for _, g in df[~stock_mask(df).to_numpy()].groupby("configuration"):
         times = g["steady"].to_numpy(dtype=float)
         if len(times) < 2:
             continue
+        repeated += 1
         for i in range(len(times)):
             rest = np.median(np.delete(times, i))
             errors.append(abs(times[i] - rest) / rest)
     return {"mape": float(np.mean(errors)) if errors else float("nan"),
-            "configurations": int(sum(1 for _, g in d.groupby("configuration")
-                                      if len(g) > 1))}
+            "configurations": repeated}
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ description:
     round the two ran side by side.
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round is cut to the trials the budget
-    affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit:
-    stock is kept), and after it, for a job of stated steps (O(job_steps) or the plan's
+    affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
+    and stock is kept), and after it, for a job of stated steps (O(job_steps) or the plan's
     C(steps)), the budget is re-based on the job's time at stock's measured speed.
 options:
   plan:

@@ -383,6 +383,31 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
     assert ResultsStore(tmp_path / "store.sqlite").count() == len(rows)
 
 
+def test_a_candidate_whose_knob_a_trial_found_not_applicable_is_a_failed_trial(tmp_path):
+    """A round's trials run one after the other: when one finds a knob not applicable to
+    the script (torch.compile on this LSTM tagger), the round's later candidates with that
+    knob are no longer candidates; they are recorded as failed trials with the planner's
+    reason, and the search and the job go on (before, the deploy failed)."""
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    request = user_project(tmp_path, "lstm_tagger.py")
+    doc = json.loads(request.read_text())
+    doc["job"]["optimisation"]["enable_autotuning"] = True
+    doc["job"]["application"]["arguments"] = "--steps 40"
+    request.write_text(json.dumps(doc))
+    proc, _ = _local_deploy(tmp_path, request, modak_autotune_k=3, modak_autotune_steps=4,
+                            modak_autotune_rounds=1, modak_autotune_budget=1.0)
+    _ok(proc)
+    assert "is not a candidate of this request" in proc.stdout
+    assert re.search(r"rescued=[1-9]", proc.stdout)
+    chose = re.search(r"chose (.+?) after (\d+) trials in 1 round", proc.stdout)
+    assert chose and "torch.compile" not in chose.group(1), proc.stdout[-3000:]
+    rows = ResultsStore(tmp_path / "store.sqlite").rows()
+    assert any(r["source"] == "autotune" and r["not_applied"] == "compiler" for r in rows)
+    (job,) = [r for r in rows if r["source"] != "autotune"]
+    assert job["status"] == "ok" and job["compiler"] == "off"
+
+
 def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it_again(
         tmp_path):
     """Local connection: a user's script on a front-end whose compiler cache cannot be

@@ -113,6 +113,9 @@ class ActionModule(ActionBase):
         if rec.get("status") == "failed" or not m.get("s_per_step"):
             failed = ((rec.get("error") or {}).get("message") or rec.get("status")
                       or "no figures")
+        elif rec.get("not_applied"):  # it measured another configuration than its own
+            failed = "not applied: " + "; ".join(
+                "%s (%s)" % kv for kv in sorted(rec["not_applied"].items()))
         return Trial(Configuration(**rec["configuration"]), int(m.get("steps") or 0),
                      m.get("s_per_step") if not failed else None,
                      float(m.get("warmup_s") or 0.0), float(rec.get("elapsed_s") or 0.0),

@@ -38,8 +38,9 @@ options:
   record:
     description:
       - The trials of the round just run - each C(configuration) (as in the plan),
-        C(measured) (modak_record's return value), C(status), C(error) and C(elapsed_s)
-        (the job's).
+        C(measured) (modak_record's return value), C(status), C(error), C(not_applied)
+        (modak_record's - a trial with a knob not applied measured another configuration
+        and counts as failed) and C(elapsed_s) (the job's).
     type: list
     elements: dict
     default: []

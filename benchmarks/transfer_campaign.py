@@ -58,6 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from modak_lib.perf.features import TARGET_FIGURES  # noqa: E402
 from modak_lib.perf.probe import run_here  # noqa: E402
 from modak_lib.results import (COLUMNS, ResultsStore, parse_fom_lines,  # noqa: E402
                                row_from_fom)
@@ -159,9 +160,6 @@ def failed(store: ResultsStore) -> set[str]:
             if r.get("source") == SOURCE and r.get("status") == "failed"}
 
 
-FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
-
-
 def probe(target: str, seconds: float = 6.0) -> dict:
     cpus, env, _ = TARGETS[target]
     return run_here(seconds=seconds, env=env, cpus=cpus)
@@ -186,8 +184,8 @@ def descriptions(rows: list[dict]) -> dict[tuple, dict[str, float]]:
     for r in rows:
         if r.get("source") == SOURCE and r.get("gflops_fp32"):
             probes.setdefault(machine(r), set()).add(tuple(
-                float(r[k]) if r.get(k) else None for k in FIGURES))
-    return {m: {k: statistics.median(v) for i, k in enumerate(FIGURES)
+                float(r[k]) if r.get(k) else None for k in TARGET_FIGURES))
+    return {m: {k: statistics.median(v) for i, k in enumerate(TARGET_FIGURES)
                 if (v := [p[i] for p in seen if p[i] is not None])}
             for m, seen in probes.items()}
 

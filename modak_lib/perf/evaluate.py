@@ -1,9 +1,9 @@
 """Honest evaluation of the performance model, on medians of repeats.
 
 A configuration's measured time is the median of its runs, each run first corrected by its
-round's drift (``fit.round_shift``: the stock run measured beside it against the cell's
-usual stock time): on a shared machine the configurations of one interleaved round are
-compared under the same load, and a round that ran slow for everyone does not count as the
+round's drift (``fit.round_shift``: the median over the round's runs of how far each is
+from its configuration's level): on a shared machine the configurations of one
+interleaved round are compared under the same load, and a round that ran slow for everyone does not count as the
 configuration's time.
 
 - **LOCO**: a configuration held out (the workload and the target were measured);

@@ -75,9 +75,6 @@ def training_frame(df):
     return df
 
 
-ROUND_WINDOW_S = 600  # a stock run this close in time is the run's control (same round)
-
-
 def stock_mask(df):
     """Framework defaults (eager, all cores, glibc malloc, fp32, oneDNN on, NCHW), per row."""
     import pandas as pd
@@ -93,16 +90,25 @@ def stock_mask(df):
             & (num("onednn", 1) == 1) & (num("threads", -1) == num("cores", -2)))
 
 
+ROUND_GAP_S = 300  # runs of one cell further apart than this are in different rounds
+ROUND_MIN_RUNS = 2  # a round of fewer runs tells nothing about the machine's speed then
+
+
 def round_shift(df):
     """Per row, how much slower (log) the machine ran in the row's round than usual.
 
     This shared machine's speed drifts by tens of percent between minutes (other tenants),
-    but the runs of one interleaved round (a campaign's cell, a search's trials) share it:
-    a run's control is the stock run of its cell (workload, batch, target and the target's
-    figures: ``TARGET_KEYS``) nearest in time,
-    within ROUND_WINDOW_S, and the shift is that stock run's log time minus the median over
-    the cell's stock runs.  Zero where a cell has fewer than two stock runs or a row has no
-    time: then there is nothing to correct with."""
+    but the runs of one interleaved round (a campaign's cell, a search's trials) share it.
+    A round is a run of a cell's measurements (workload, batch, target and the target's
+    figures: ``TARGET_KEYS``) with no gap longer than ROUND_GAP_S between them.  Each
+    measurement is modelled, in log time, as its configuration's level plus its round's
+    effect, and both are estimated by medians, alternately (Tukey's median polish): a
+    round's effect is the median over **all** its runs of how far each is from its
+    configuration's level, so one disturbed run (a 10x spike of the stock run beside the
+    others, seen here) neither moves its round nor the round's other configurations.  The
+    effects are centred on the cell's median round.  Zero where a cell has one round, a
+    round fewer than ROUND_MIN_RUNS runs, or a row no time: then there is nothing to
+    correct with."""
     import numpy as np
     import pandas as pd
 
@@ -112,20 +118,37 @@ def round_shift(df):
     secs = (recorded_times(df) - pd.Timestamp(0, tz="UTC")).dt.total_seconds() \
         .to_numpy(dtype=float)
     y = np.log(df["s_per_step"].astype(float).to_numpy())
-    stock = stock_mask(df).to_numpy() & ~np.isnan(secs)
     cells = row_labels(df, [k for k in TARGET_KEYS if k in df])
+    configs = row_labels(df, [k for k in CONFIG_KEYS if k in df]).to_numpy()
     for idx in cells.groupby(cells).indices.values():
-        controls = idx[stock[idx]]
-        if len(controls) < 2:
+        idx = idx[~np.isnan(secs[idx]) & np.isfinite(y[idx])]
+        if len(idx) < 2 * ROUND_MIN_RUNS:
             continue
-        level = float(np.median(y[controls]))
-        for i in idx:
-            if secs[i] != secs[i]:
-                continue
-            gap = np.abs(secs[controls] - secs[i])
-            if gap.min() <= ROUND_WINDOW_S:
-                shift[i] = float(np.median(y[controls[gap <= gap.min() + 1.0]])) - level
+        idx = idx[np.argsort(secs[idx], kind="stable")]
+        rounds = np.concatenate([[0], np.cumsum(np.diff(secs[idx]) > ROUND_GAP_S)])
+        shift[idx] = _polish(y[idx], configs[idx], rounds.astype(int))
     return shift
+
+
+def _polish(y, configs, rounds, sweeps: int = 20):
+    """The round effects of a two-way (configuration + round) layout, by median polish."""
+    import numpy as np
+
+    n = int(rounds.max()) + 1 if len(rounds) else 0
+    members = [np.flatnonzero(rounds == r) for r in range(n)]
+    counted = [r for r in range(n) if len(members[r]) >= ROUND_MIN_RUNS]
+    effect = np.zeros(n)
+    if len(counted) < 2:
+        return effect[rounds]
+    by_config = {c: np.flatnonzero(configs == c) for c in set(configs)}
+    level = np.zeros(len(y))
+    for _ in range(sweeps):
+        for rows in by_config.values():
+            level[rows] = np.median(y[rows] - effect[rounds[rows]])
+        for r in counted:
+            effect[r] = np.median(y[members[r]] - level[members[r]])
+        effect[counted] -= np.median(effect[counted])
+    return effect[rounds]
 
 
 def recorded_times(df):

@@ -25,16 +25,18 @@ runs every configuration of one (family, batch, target) cell once, in a shuffled
 that load on this shared machine hits them alike.
 
 It is **resumable**: it appends every run to the results store and skips what the store
-already holds (``--repeats`` per configuration), so it can run in pieces (``--minutes``
-stops starting runs after so long); an empty store is first filled from ``--csv`` when
-that file exists (the committed campaign).  ``--csv`` then writes the store's campaign rows, the
-dataset that ``modak model eval --data benchmarks/data/transfer-campaign.csv`` evaluates
-(with the shipped dataset).
+already holds from this machine (``--repeats`` per configuration; another session's host,
+another ``boot_id``, is another target and gets its own runs), so it can run in pieces
+(``--minutes`` stops starting runs after so long); an empty store is first filled from
+``--csv`` when that file exists (the committed campaign).  ``--csv`` then writes the
+store's campaign rows, the dataset that
+``modak model eval --data benchmarks/data/transfer-campaign.csv`` evaluates (with the
+shipped dataset).
 
 Repeats go where the model is uncertain: ``--uncertain N`` runs one more round of the N
-cells (of those selected by ``--family``/``--target``/``--variant``) whose measurements the
-model predicts worst with each configuration held out in turn (``uncertainty``): the cells
-whose runs disagree with each other or with every other cell.
+cells of this machine (of those selected by ``--family``/``--target``/``--variant``) whose
+measurements the model predicts worst with each configuration held out in turn
+(``uncertainty``): the cells whose runs disagree with each other or with every other cell.
 
 ``--refingerprint`` runs nothing of the campaign: it fingerprints each (family, batch) once
 (two steps, stock, through the runtime) and writes the fingerprint's columns that the
@@ -140,13 +142,27 @@ def run_one(family: str, variant: int, target: str, config: str, steps: int) -> 
     return recs[-1]
 
 
-def done(store: ResultsStore) -> dict[str, int]:
-    """Runs the store holds, per run id (a cell's configuration)."""
+ANY = "*"  # every machine
+
+
+def this_boot() -> str | None:
+    """This machine as booted (what the runtime records as ``boot_id``)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def done(store: ResultsStore, boot: str | None = ANY) -> dict[str, int]:
+    """Runs the store holds, per run id (a cell's configuration), measured on the machine
+    ``boot`` (:func:`machine`; ``None``: rows of runtimes that recorded none): another
+    session's host is another target, whose cells its own rounds fill."""
     if not store.path.exists():
         return {}
     counts: dict[str, int] = {}
     for r in store.rows():
-        if r.get("source") == SOURCE:
+        if r.get("source") == SOURCE and (boot == ANY or r.get("boot_id") == boot):
             counts[r["run_id"]] = counts.get(r["run_id"], 0) + 1
     return counts
 
@@ -278,13 +294,14 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
     return filled
 
 
-def uncertainty(store: ResultsStore) -> dict[tuple[str, int, str], float]:
-    """Per cell (family, batch variant, target), how far the model is from what was
+def uncertainty(store: ResultsStore, boot: str | None = ANY) -> dict[tuple[str, int, str], float]:
+    """Per cell (family, batch variant, target) of the machine ``boot`` (as :func:`done`),
+    how far the model is from what was
     measured with each configuration held out of the fit in turn (gradient boosting): the
     error of the cell's worst-predicted configuration (the median over its runs of
     |log(predicted / measured)|, as a ratio less 1).  Where it is largest, a
     configuration's runs disagree with each other or with every other cell, and another
-    round tells which."""
+    round tells which.  The fit learns from every machine's rows."""
     import numpy as np
     import pandas as pd
 
@@ -296,8 +313,10 @@ def uncertainty(store: ResultsStore) -> dict[tuple[str, int, str], float]:
     df = usable(training_frame(pd.DataFrame(rows)))
     error = np.abs(held_out_predictions(df, "gbr", "configuration") - df["y"].to_numpy())
     per_run: dict[str, list[float]] = {}
-    for rid, e in zip(df["run_id"], error):
-        if e == e:
+    boots = df["boot_id"] if "boot_id" in df else pd.Series(None, index=df.index)
+    for rid, e, b in zip(df["run_id"], error, boots.astype(object)):
+        b = None if b is None or b != b else b
+        if e == e and (boot == ANY or b == boot):
             per_run.setdefault(str(rid), []).append(float(e))
     out: dict[tuple[str, int, str], float] = {}
     for rid, errors in per_run.items():
@@ -339,13 +358,13 @@ def main() -> int:
     families = a.family or list(FAMILIES)
     targets = a.target or list(TARGETS)
     variants = a.variant or [0, 1]
-    counts, broken = done(store), failed(store)
+    counts, broken = done(store, this_boot()), failed(store)
     # every cell once before any cell twice; variant 0 everywhere before variant 1
     cells = [(f, v, t) for rep in range(a.repeats) for v in variants for t in targets
              for f in families]
     want = {cell: a.repeats for cell in cells}  # runs per configuration, per cell
     if a.uncertain:
-        scores = uncertainty(store)
+        scores = uncertainty(store, this_boot())
         ranked = sorted((c for c in dict.fromkeys(cells) if c in scores),
                         key=lambda c: -scores[c])[:a.uncertain]
         want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs_for(c[2]))

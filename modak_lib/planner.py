@@ -290,8 +290,9 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         unpredicted = [c for c, p in zip(configs, predictions) if p is None]
         predicted.sort(key=lambda cp: (job_seconds(cp[1], job_steps), cp[0].label()))
         if job_steps and any(p.warmup_s for _, p in predicted):
-            notes.append(f"ranked by the time of a {job_steps}-step job: each measured "
-                         "candidate's warm-up (compilation) once, then its steps")
+            notes.append(f"ranked by the time of a {job_steps}-step job: each candidate's "
+                         "warm-up (compilation) once, as measured (a compiler this workload "
+                         "never ran with: as measured of the others), then its steps")
         best, best_p = predicted[0]
         ranked = predicted + [(c, None) for c in sorted(
             unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]

@@ -398,6 +398,41 @@ def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
         in both.source
 
 
+def test_a_compiler_never_measured_for_the_workload_pays_its_measured_warm_up():
+    """MNIST-CNN never ran compiled; ResNet-18 did: 2x faster per step, after 60 s of
+    compilation.  The model predicts MNIST-CNN's compiled steps faster, and the planner
+    charges them the compiler's measured warm-up once: a 200-step job stays eager, a
+    million-step one compiles."""
+    df = synthetic(noise=0.01, skip={("mnist-cnn", "torch.compile:default", t, a, p)
+                                     for t in (1, 2) for a in ALLOC for p in PREC})
+    compiled = df["compiler"] == "torch.compile:default"
+    df.loc[compiled, "s_per_step"] *= 0.5 / math.exp(COMPILER["torch.compile:default"])
+    df.loc[compiled, "compile_s"] = 60.0
+    df.loc[~compiled, "compile_s"] = 0.5
+    predictor = predictor_for(df)
+
+    def plan(steps):
+        req = mnist_request()
+        req = req.model_copy(update={"application": req.application.model_copy(
+            update={"steps": steps})})
+        return make_plan(req, predictor=predictor, run_id="t").plan
+
+    short, long = plan(200), plan(1_000_000)
+    assert short.decided_by == "model" and short.chosen.compiler is None
+    assert long.chosen.compiler == "torch.compile:default"
+    p = next(c.prediction for c in short.candidates
+             if c.configuration.compiler and c.configuration.threads == 2
+             and c.configuration.allocator == Allocator.glibc
+             and c.configuration.precision == Precision.fp32)
+    assert not p.measured and p.warmup_s == pytest.approx(60.0)
+    assert "warm-up 60 s, as measured of torch.compile:default over every workload" in p.source
+    stock = next(c.prediction for c in short.candidates
+                 if not c.configuration.compiler and c.configuration.threads == 2
+                 and c.configuration.allocator == Allocator.glibc
+                 and c.configuration.precision == Precision.fp32)
+    assert stock.measured and p.seconds < 0.7 * stock.seconds  # faster per step
+
+
 def test_the_plot_writes_a_png_of_the_held_out_predictions(tmp_path):
     pytest.importorskip("matplotlib")
     from modak_lib.results import ResultsStore, load_frame

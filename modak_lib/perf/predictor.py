@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -255,9 +256,9 @@ class FastPredictor:
         compiler = str(row.get("compiler"))
 
         def median(groups: list[dict[str, Any]]) -> Optional[float]:
-            v = sorted(float(m["warmup_s"]) for m in groups
-                       if m.get("warmup_s") is not None and str(m.get("compiler")) == compiler)
-            return (v[len(v) // 2] + v[(len(v) - 1) // 2]) / 2 if v else None
+            v = [float(m["warmup_s"]) for m in groups
+                 if m.get("warmup_s") is not None and str(m.get("compiler")) == compiler]
+            return statistics.median(v) if v else None
 
         mine = median(same)
         if mine is not None:

@@ -219,6 +219,14 @@ def job_seconds(p: Prediction, steps: Optional[int]) -> float:
     return p.seconds * steps + (p.warmup_s or 0.0) if steps else p.seconds
 
 
+def _job_time(p: Prediction, steps: Optional[int]) -> str:
+    """The job's time, with the warm-up it counts, for a candidate's reason: empty where
+    the job's length is unknown or the candidate has no warm-up."""
+    if not steps or not p.warmup_s:
+        return ""
+    return f", the job {job_seconds(p, steps):.3g} s with its warm-up {p.warmup_s:.3g} s"
+
+
 def _reject_changed_results(configs: Sequence[Configuration],
                             predictions: list[Optional[Prediction]],
                             stock: Optional[Configuration]):
@@ -336,11 +344,15 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         if i == 0 and force is not None:
             reason = "autotuning trial of this candidate"
         elif i == 0:
-            reason = (f"fastest predicted: {best_p.seconds:.3g} s/step ({best_p.source})"
+            reason = (f"fastest predicted: {best_p.seconds:.3g} s/step"
+                      + _job_time(best_p, job_steps) + f" ({best_p.source})"
                       if best_p else
                       f"highest image score {scores[cfg.image]:g}; prior: "
                       + (f"{cfg.compiler_kind.value} as requested" if cfg.compiler_kind
                          else "no graph compiler") + ", framework defaults otherwise")
+        elif pred is not None and best_p is not None and _job_time(pred, job_steps):
+            reason = (f"predicted {pred.seconds:.3g} s/step{_job_time(pred, job_steps)} > "
+                      f"{job_seconds(best_p, job_steps):.3g} s ({pred.source})")
         elif pred is not None and best_p is not None:
             reason = (f"predicted {pred.seconds:.3g} s/step > {best_p.seconds:.3g} s/step "
                       f"({pred.source})")

@@ -420,11 +420,16 @@ def test_a_compiler_never_measured_for_the_workload_pays_its_measured_warm_up():
     short, long = plan(200), plan(1_000_000)
     assert short.decided_by == "model" and short.chosen.compiler is None
     assert long.chosen.compiler == "torch.compile:default"
-    p = next(c.prediction for c in short.candidates
-             if c.configuration.compiler and c.configuration.threads == 2
-             and c.configuration.allocator == Allocator.glibc
-             and c.configuration.precision == Precision.fp32)
+    cand = next(c for c in short.candidates
+                if c.configuration.compiler and c.configuration.threads == 2
+                and c.configuration.allocator == Allocator.glibc
+                and c.configuration.precision == Precision.fp32)
+    p = cand.prediction
     assert not p.measured and p.warmup_s == pytest.approx(60.0)
+    # its reason compares the job's times, which the ranking did, not seconds per step
+    job = p.seconds * 200 + 60.0
+    assert cand.reason.startswith(f"predicted {p.seconds:.3g} s/step, the job {job:.3g} s "
+                                  "with its warm-up 60 s > "), cand.reason
     assert "warm-up 60 s, as measured of torch.compile:default over every workload" in p.source
     stock = next(c.prediction for c in short.candidates
                  if not c.configuration.compiler and c.configuration.threads == 2

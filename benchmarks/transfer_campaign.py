@@ -64,6 +64,7 @@ from modak_lib.perf.features import TARGET_FIGURES  # noqa: E402
 from modak_lib.perf.probe import run_here  # noqa: E402
 from modak_lib.results import (COLUMNS, ResultsStore, parse_fom_lines,  # noqa: E402
                                row_from_fom)
+from modak_runtime.session import boot_id  # noqa: E402
 
 FAMILIES_DIR = ROOT / "benchmarks" / "families"
 SOURCE = "transfer-campaign"
@@ -143,15 +144,6 @@ def run_one(family: str, variant: int, target: str, config: str, steps: int) -> 
 
 
 ANY = "*"  # every machine
-
-
-def this_boot() -> str | None:
-    """This machine as booted (what the runtime records as ``boot_id``)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            return f.read().strip() or None
-    except OSError:
-        return None
 
 
 def done(store: ResultsStore, boot: str | None = ANY) -> dict[str, int]:
@@ -358,13 +350,13 @@ def main() -> int:
     families = a.family or list(FAMILIES)
     targets = a.target or list(TARGETS)
     variants = a.variant or [0, 1]
-    counts, broken = done(store, this_boot()), failed(store)
+    counts, broken = done(store, boot_id()), failed(store)
     # every cell once before any cell twice; variant 0 everywhere before variant 1
     cells = [(f, v, t) for rep in range(a.repeats) for v in variants for t in targets
              for f in families]
     want = {cell: a.repeats for cell in cells}  # runs per configuration, per cell
     if a.uncertain:
-        scores = uncertainty(store, this_boot())
+        scores = uncertainty(store, boot_id())
         ranked = sorted((c for c in dict.fromkeys(cells) if c in scores),
                         key=lambda c: -scores[c])[:a.uncertain]
         want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs_for(c[2]))

@@ -350,12 +350,11 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                       f"highest image score {scores[cfg.image]:g}; prior: "
                       + (f"{cfg.compiler_kind.value} as requested" if cfg.compiler_kind
                          else "no graph compiler") + ", framework defaults otherwise")
-        elif pred is not None and best_p is not None and _job_time(pred, job_steps):
-            reason = (f"predicted {pred.seconds:.3g} s/step{_job_time(pred, job_steps)} > "
-                      f"{job_seconds(best_p, job_steps):.3g} s ({pred.source})")
         elif pred is not None and best_p is not None:
-            reason = (f"predicted {pred.seconds:.3g} s/step > {best_p.seconds:.3g} s/step "
-                      f"({pred.source})")
+            job = _job_time(pred, job_steps)  # (compared as ranked: by the job's time)
+            than = (f"{job_seconds(best_p, job_steps):.3g} s" if job
+                    else f"{best_p.seconds:.3g} s/step")
+            reason = f"predicted {pred.seconds:.3g} s/step{job} > {than} ({pred.source})"
         elif best_p is not None:
             reason = "no prediction for this configuration"
         else:

@@ -69,6 +69,15 @@ def loaded_allocator() -> str:
     return "glibc"
 
 
+def boot_id() -> Optional[str]:
+    """The machine as booted: a host of the same kind next session is another one."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
 def host_facts() -> dict[str, Any]:
     facts: dict[str, Any] = {"hostname": platform.node(), "machine": platform.machine(),
                              "python": platform.python_version(), "cpu_model": "unknown",
@@ -87,11 +96,7 @@ def host_facts() -> dict[str, Any]:
                                                    & set(RELEVANT_FLAGS))
     except OSError:
         pass
-    try:  # the machine as booted: a host of the same kind next session is another one
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            facts["boot_id"] = f.read().strip() or None
-    except OSError:
-        facts["boot_id"] = None
+    facts["boot_id"] = boot_id()
     facts["microarchitecture"] = _env("MODAK_MICROARCHITECTURE")
     if facts["microarchitecture"] is None:
         try:

@@ -603,4 +603,4 @@ def test_the_campaign_counts_each_machines_runs_for_itself(tmp_path):
     assert campaign.done(store, "c") == {}
     assert campaign.done(store) == {rid: 6}
     with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-        assert campaign.this_boot() == f.read().strip()
+        assert campaign.boot_id() == f.read().strip()

@@ -3,8 +3,8 @@
 A configuration's measured time is the median of its runs, each run first corrected by its
 round's drift (``fit.round_shift``: the median over the round's runs of how far each is
 from its configuration's level): on a shared machine the configurations of one
-interleaved round are compared under the same load, and a round that ran slow for everyone does not count as the
-configuration's time.
+interleaved round are compared under the same load, and a round that ran slow for everyone
+does not count as the configuration's time.
 
 - **LOCO**: a configuration held out (the workload and the target were measured);
 - **LOWO**: a whole workload family held out (every batch size and configuration of it):

@@ -126,7 +126,7 @@ def round_shift(df):
             continue
         idx = idx[np.argsort(secs[idx], kind="stable")]
         rounds = np.concatenate([[0], np.cumsum(np.diff(secs[idx]) > ROUND_GAP_S)])
-        shift[idx] = _polish(y[idx], configs[idx], rounds.astype(int))
+        shift[idx] = _polish(y[idx], configs[idx], rounds)
     return shift
 
 
@@ -134,7 +134,7 @@ def _polish(y, configs, rounds, sweeps: int = 20):
     """The round effects of a two-way (configuration + round) layout, by median polish."""
     import numpy as np
 
-    n = int(rounds.max()) + 1 if len(rounds) else 0
+    n = int(rounds.max()) + 1
     members = [np.flatnonzero(rounds == r) for r in range(n)]
     counted = [r for r in range(n) if len(members[r]) >= ROUND_MIN_RUNS]
     effect = np.zeros(n)

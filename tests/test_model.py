@@ -133,6 +133,52 @@ def test_each_configuration_is_fitted_once_at_the_median_of_its_repeats():
     assert Xt["a"].tolist() == [1.0, 2.0] and yt.tolist() == [2.0, 5.0]
 
 
+def families(n=5, seed=1):
+    """n workload families whose stock speed nothing in their features explains (a random
+    efficiency each) while every knob changes each family's time by the same factor."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        level = rng.uniform(-1.0, 1.0)
+        params, flops = 10 ** rng.uniform(5, 8), 10 ** rng.uniform(9, 11)
+        for comp in COMPILER:
+            for threads in (1, 2):
+                for alloc in ALLOC:
+                    for prec in PREC:
+                        y = (math.log(flops / 1e11) + level + COMPILER[comp]
+                             - 0.5 * math.log(threads) + ALLOC[alloc] + PREC[prec])
+                        rows.append(row("mnist-cnn", comp, threads, alloc, prec, math.exp(y)) | {
+                            "workload": f"family-{i}", "fingerprint": f"fp-{i}",
+                            "trainable_parameters": params, "flops_per_step": flops})
+    return pd.DataFrame(rows)
+
+
+def test_a_family_held_out_gets_the_knob_ratios_the_other_families_measured():
+    """The split estimator learns the stock level of a cell and each configuration's ratio
+    to it apart: for a family held out of the fit, its level is a guess, but its ratios to
+    stock are the ones every other family measured."""
+    df = m.training_frame(families())
+    stock = m.stock_mask(df).to_numpy()
+    for name in ("gbr-split", "forest-split"):
+        pred = m.held_out_predictions(df, name, "workload")
+        for w in df["workload"].unique():
+            own = (df["workload"] == w).to_numpy()
+            got = pred[own] - pred[own & stock][0]
+            want = df["y"].to_numpy()[own] - df["y"].to_numpy()[own & stock][0]
+            assert np.abs(got - want).max() < 0.1, (name, w)
+    # the stock version of a one-thread bf16 row is its cell's stock row
+    X = F.frame(df)
+    assert m.stock_rows(X).tolist() == stock.tolist()
+    back = m.stock_version(X[~stock])
+    assert m.stock_rows(back).all()
+    assert np.allclose(back["log_threads"], math.log(2))
+    # without two stock rows to learn levels from, it is the plain estimator
+    plain = m.make_estimator("gbr-split").fit(X[~stock], df["y"][~stock])
+    assert plain.level_ is None
+    assert np.allclose(plain.predict(X), m.make_estimator("gbr").fit(
+        X[~stock], df["y"][~stock]).predict(X))
+
+
 def test_model_artefact_is_versioned(tmp_path):
     fitted = m.fit(synthetic(noise=0.01), estimators=("linear",))
     path = tmp_path / "model.joblib"
@@ -152,6 +198,10 @@ def test_model_artefact_is_versioned(tmp_path):
     path.write_text("not a model")
     with pytest.raises(m.ModelError, match="not a MODAK model"):
         m.load(path)
+    split = m.fit(families(n=3), estimators=("gbr-split",))  # saved and loaded alike
+    split.save(path)
+    frame = m.training_frame(families(n=1, seed=7))
+    assert np.allclose(m.load(path).predict_log(frame), split.predict_log(frame))
 
 
 def test_too_little_data_is_an_error():

@@ -5,7 +5,8 @@ The inputs are :mod:`.features` (what the workload and the target *are*, never t
 names).  The default estimator is the seed paper's linear statistical model: a ridge
 regression on the features and their pairwise interactions.  Non-linear estimators are
 fitted too and replace it only when they predict clearly better on held-out workload
-families (:mod:`.evaluate`).
+families (:mod:`.evaluate`); the ``-split`` ones learn a cell's stock level and each
+configuration's ratio to it as two models (``Split``).
 
 A fitted model is a versioned artefact (joblib + a JSON model card, :class:`.card.ModelCard`).
 A model saved by another MODAK, another feature version or other library versions is
@@ -257,11 +258,100 @@ def _crossed():
     return _CROSSED
 
 
+# The configuration's columns of ``features.frame`` and their framework-default values; every
+# other column describes the cell (the workload, its batch, the target).
+STOCK_CATEGORIES = {"compiler": "off", "allocator": "glibc", "precision": "fp32",
+                    "channels_last": "0", "onednn": "1"}
+THREAD_COLUMNS = ("log_threads", "thread_share")
+
+
+def stock_version(X):
+    """The rows of a feature frame as their cell's stock configuration would run: framework
+    defaults, every core (``thread_share`` 1, ``log_threads`` that of the cores)."""
+    import numpy as np
+
+    X = X.copy()
+    for col, value in STOCK_CATEGORIES.items():
+        X[col] = value
+    share = X["thread_share"].astype(float).to_numpy()
+    X["log_threads"] = X["log_threads"].astype(float).to_numpy() - np.log(
+        np.where(share > 0, share, 1.0))
+    X["thread_share"] = 1.0
+    return X
+
+
+def stock_rows(X):
+    """Per row of a feature frame, whether it is its cell's stock configuration."""
+    import numpy as np
+
+    mask = np.abs(X["thread_share"].astype(float).to_numpy() - 1.0) < 1e-9
+    for col, value in STOCK_CATEGORIES.items():
+        mask &= (X[col].astype(str) == value).to_numpy()
+    return mask
+
+
+_SPLIT = None
+
+
+def _split():
+    """The two-part estimator (made on first use, like the scaler)."""
+    global _SPLIT
+    if _SPLIT is None:
+        from sklearn.base import BaseEstimator, RegressorMixin
+
+        class Split(RegressorMixin, BaseEstimator):
+            """A step's residual as two parts: the **level** of its cell (the stock
+            configuration of that workload, batch and target, learned from the cells'
+            stock rows) and the configuration's **ratio** to it (learned from every row
+            of a cell whose stock row is among the training rows, as its residual less
+            that stock row's).  A new workload's knob effects are then learned from how
+            knobs changed other workloads' times, not mixed with how fast other workloads
+            ran at all; and once the stock run of a new workload is measured, the planner's
+            ratios to it are the ratio part alone.  With fewer than two stock rows it is
+            the ``ratio`` estimator on everything."""
+
+            def __init__(self, level: str = "gbr", ratio: str = "gbr"):
+                self.level = level
+                self.ratio = ratio
+
+            def fit(self, X, y):
+                import numpy as np
+                import pandas as pd
+
+                y = np.asarray(y, dtype=float)
+                stock = stock_rows(X)
+                if stock.sum() < 2:
+                    self.level_ = None
+                    self.ratio_ = make_estimator(self.ratio).fit(X, y)
+                    return self
+                cells = row_labels(X, [c for c in X.columns if c not in STOCK_CATEGORIES
+                                       and c not in THREAD_COLUMNS])
+                level = pd.Series(y[stock], index=cells[stock].to_numpy()).groupby(level=0) \
+                    .median()
+                anchor = cells.map(level).to_numpy(dtype=float)
+                known = ~np.isnan(anchor)
+                self.level_ = make_estimator(self.level).fit(X[stock], y[stock])
+                self.ratio_ = make_estimator(self.ratio).fit(X[known], (y - anchor)[known])
+                return self
+
+            def predict(self, X):
+                if self.level_ is None:
+                    return self.ratio_.predict(X)
+                return self.level_.predict(stock_version(X)) + self.ratio_.predict(X)
+
+        Split.__module__ = __name__
+        Split.__qualname__ = "Split"
+        _SPLIT = Split
+    return _SPLIT
+
+
 def __getattr__(name: str):  # pickle looks the classes up by name
     if name == "FloorScaler":
         return _floor_scaler()
     if name == "Crossed":
         return _crossed()
+    if name == "Split":
+        return _split()
     raise AttributeError(name)
 
 
@@ -295,10 +385,13 @@ def make_estimator(name: str):
         return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
     if name == "forest":
         return Pipeline([("pre", pre), ("reg", RandomForestRegressor(200, random_state=0))])
+    if name.endswith("-split") and name[:-6] in ("gbr", "forest"):  # level and ratio apart
+        return _split()(name[:-6], name[:-6])
     raise ModelError(f"unknown estimator {name!r}")
 
 
-ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest")
+ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "gbr-split",
+              "forest-split")
 QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not minutes)
 
 

@@ -189,14 +189,23 @@ def fingerprint(df) -> str:
 MIN_SCALE = 0.25  # log units: a feature that barely varies is not scaled up into a lever
 
 
-_FLOOR_SCALER = None
+_CLASSES: dict[str, type] = {}
+
+
+def _made(name: str, make: Callable[[], type]) -> type:
+    """The class ``make`` defines, made on first use (planning imports no scikit-learn) and
+    kept under this module's name, so that a saved model unpickles it as
+    ``modak_lib.perf.fit.<name>`` (see ``__getattr__``)."""
+    if name not in _CLASSES:
+        cls = make()
+        cls.__module__, cls.__qualname__ = __name__, name
+        _CLASSES[name] = cls
+    return _CLASSES[name]
 
 
 def _floor_scaler():
-    """The scaler class, made on first use (planning imports no scikit-learn) and kept, so
-    that a saved model unpickles it as ``modak_lib.perf.fit.FloorScaler``."""
-    global _FLOOR_SCALER
-    if _FLOOR_SCALER is None:
+    """The scaler class."""
+    def make():
         from sklearn.preprocessing import StandardScaler
 
         class FloorScaler(StandardScaler):
@@ -209,19 +218,13 @@ def _floor_scaler():
                 self.scale_ = np.maximum(self.scale_, MIN_SCALE)
                 return self
 
-        FloorScaler.__module__ = __name__
-        FloorScaler.__qualname__ = "FloorScaler"
-        _FLOOR_SCALER = FloorScaler
-    return _FLOOR_SCALER
-
-
-_CROSSED = None
+        return FloorScaler
+    return _made("FloorScaler", make)
 
 
 def _crossed():
-    """The transformer of the linear model's terms (made on first use, like the scaler)."""
-    global _CROSSED
-    if _CROSSED is None:
+    """The transformer of the linear model's terms."""
+    def make():
         from sklearn.base import BaseEstimator, TransformerMixin
 
         class Crossed(TransformerMixin, BaseEstimator):
@@ -252,10 +255,8 @@ def _crossed():
                 X = np.asarray(X, dtype=float)
                 return np.column_stack([X[:, t].prod(axis=1) for t in self.terms_])
 
-        Crossed.__module__ = __name__
-        Crossed.__qualname__ = "Crossed"
-        _CROSSED = Crossed
-    return _CROSSED
+        return Crossed
+    return _made("Crossed", make)
 
 
 # The configuration's columns of ``features.frame`` and their framework-default values; every
@@ -290,13 +291,9 @@ def stock_rows(X):
     return mask
 
 
-_SPLIT = None
-
-
 def _split():
-    """The two-part estimator (made on first use, like the scaler)."""
-    global _SPLIT
-    if _SPLIT is None:
+    """The two-part estimator."""
+    def make():
         from sklearn.base import BaseEstimator, RegressorMixin
 
         class Split(RegressorMixin, BaseEstimator):
@@ -339,20 +336,15 @@ def _split():
                     return self.ratio_.predict(X)
                 return self.level_.predict(stock_version(X)) + self.ratio_.predict(X)
 
-        Split.__module__ = __name__
-        Split.__qualname__ = "Split"
-        _SPLIT = Split
-    return _SPLIT
+        return Split
+    return _made("Split", make)
 
 
 def __getattr__(name: str):  # pickle looks the classes up by name
-    if name == "FloorScaler":
-        return _floor_scaler()
-    if name == "Crossed":
-        return _crossed()
-    if name == "Split":
-        return _split()
-    raise AttributeError(name)
+    make = {"FloorScaler": _floor_scaler, "Crossed": _crossed, "Split": _split}.get(name)
+    if make is None:
+        raise AttributeError(name)
+    return make()
 
 
 def _ridge():

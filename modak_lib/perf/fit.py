@@ -76,6 +76,11 @@ def training_frame(df):
     return df
 
 
+# a configuration's knobs at their framework defaults (and its threads: all cores)
+STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
+         "onednn": 1}
+
+
 def stock_mask(df):
     """Framework defaults (eager, all cores, glibc malloc, fp32, oneDNN on, NCHW), per row."""
     import pandas as pd
@@ -86,9 +91,10 @@ def stock_mask(df):
     def num(name, default):
         return pd.to_numeric(col(name, default), errors="coerce")
 
-    return ((col("compiler", "off") == "off") & (col("allocator", "glibc") == "glibc")
-            & (col("precision", "fp32") == "fp32") & (num("channels_last", 0) == 0)
-            & (num("onednn", 1) == 1) & (num("threads", -1) == num("cores", -2)))
+    mask = num("threads", -1) == num("cores", -2)
+    for name, value in STOCK.items():
+        mask &= (num(name, value) if isinstance(value, int) else col(name, value)) == value
+    return mask
 
 
 ROUND_GAP_S = 300  # runs of one cell further apart than this are in different rounds
@@ -259,10 +265,9 @@ def _crossed():
     return _made("Crossed", make)
 
 
-# The configuration's columns of ``features.frame`` and their framework-default values; every
-# other column describes the cell (the workload, its batch, the target).
-STOCK_CATEGORIES = {"compiler": "off", "allocator": "glibc", "precision": "fp32",
-                    "channels_last": "0", "onednn": "1"}
+# STOCK as ``features.frame`` writes it (categories as text); every other column of the
+# frame but THREAD_COLUMNS describes the cell (the workload, its batch, the target)
+STOCK_CATEGORIES = {name: str(value) for name, value in STOCK.items()}
 THREAD_COLUMNS = ("log_threads", "thread_share")
 
 
@@ -377,8 +382,9 @@ def make_estimator(name: str):
         return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
     if name == "forest":
         return Pipeline([("pre", pre), ("reg", RandomForestRegressor(200, random_state=0))])
-    if name.endswith("-split") and name[:-6] in ("gbr", "forest"):  # level and ratio apart
-        return _split()(name[:-6], name[:-6])
+    if name in ("gbr-split", "forest-split"):  # level and ratio apart
+        kind = name.removesuffix("-split")
+        return _split()(kind, kind)
     raise ModelError(f"unknown estimator {name!r}")
 
 

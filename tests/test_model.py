@@ -204,6 +204,31 @@ def test_model_artefact_is_versioned(tmp_path):
     assert np.allclose(m.load(path).predict_log(frame), split.predict_log(frame))
 
 
+def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
+    """After a recorded run the quick (linear) model is refitted on the store, but a model
+    `modak model fit` chose of another estimator (perhaps on a campaign's data the store
+    lacks) is kept: a deploy must not replace it by a linear model on less data."""
+    store = ResultsStore(tmp_path / "store.sqlite")
+    store.append(synthetic(noise=0.01).to_dict("records"))
+    path = tmp_path / "model.joblib"
+    first = m.refit_after_run(store, path)  # no model yet: fitted
+    assert first.startswith("linear") and m.load(path).card.model_id == first
+    rows = m.load(path).card.rows
+    store.append([row("mnist-cnn", "off", 2, "glibc", "fp32", 0.09, rep=5)])
+    second = m.refit_after_run(store, path)  # a quick model: refitted on the new run too
+    assert second != first and m.load(path).card.model_id == second
+    assert m.load(path).card.rows == rows + 1
+    full = m.fit(families(n=3), estimators=("gbr-split",))
+    full.save(path)
+    said = m.refit_after_run(store, path)
+    assert said.startswith(f"kept {full.card.model_id}: a full fit")
+    assert m.load(path).card.model_id == full.card.model_id
+    meta = json.loads(path.with_suffix(".json").read_text())  # unless this MODAK cannot use it
+    meta["feature_version"] = -1
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    assert m.refit_after_run(store, path) == second
+
+
 def test_too_little_data_is_an_error():
     with pytest.raises(m.ModelError, match="too little data"):
         m.fit(synthetic().head(4))

@@ -700,3 +700,27 @@ def fit_if_possible(path: Optional[Path] = None) -> bool:
     except (StoreError, ModelError):
         return False
     return True
+
+
+def refit_after_run(store, path: Optional[Path] = None) -> str:
+    """The closed loop's refit once a run is recorded in ``store``: the quick estimators on
+    the shipped dataset and the store, saved at ``path``; returns the model's id.
+
+    A saved model of another estimator that this MODAK can use is a full fit (``modak model
+    fit``, perhaps on a campaign's data the store lacks): it is kept, not replaced by a
+    linear model on less data, and its predictor reads the new run from the store when it
+    plans (``predictor.load_predictor``).  ``modak model fit`` refits it."""
+    path = path or default_path()
+    try:
+        meta = json.loads(path.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        meta = None
+    if (isinstance(meta, dict) and meta.get("estimator") not in QUICK_ESTIMATORS
+            and path.exists() and stale(meta) is None):
+        return (f"kept {meta.get('model_id')}: a full fit (`modak model fit` refits it); "
+                "it reads this run from the store")
+    from ..results import load_frame
+
+    model = fit(load_frame(store), estimators=QUICK_ESTIMATORS)
+    model.save(path)
+    return model.meta["model_id"]

@@ -79,11 +79,8 @@ class ActionModule(ActionBase):
         refit = None
         if args["refit"] and new and not self._play_context.check_mode:
             try:  # the closed loop: the next plan learns from this run
-                from modak_lib.perf.fit import QUICK_ESTIMATORS, ModelError, default_path, fit
-                from modak_lib.results import load_frame
-                model = fit(load_frame(store), estimators=QUICK_ESTIMATORS)
-                model.save(default_path())
-                refit = model.meta["model_id"]
+                from modak_lib.perf.fit import ModelError, refit_after_run
+                refit = refit_after_run(store)
             except ImportError:
                 refit = "skipped: scikit-learn is not installed"
             except ModelError as exc:

@@ -43,6 +43,8 @@ options:
     description:
       - After recording new figures, refit the performance model (the linear model) and save
         it where C(modak plan) finds it (C($MODAK_MODEL) or C(~/.local/share/modak/model.joblib)).
+      - A saved model of another estimator (a full C(modak model fit)) is kept, not replaced;
+        it reads the new figures from the results store when it plans.
     type: bool
     default: false
 author:
@@ -105,7 +107,8 @@ probed:
   returned: when the job probed its target
   type: dict
 refit:
-  description: The id of the refitted model, or why the refit was skipped.
+  description: The id of the refitted model, or why the refit was skipped or the saved model
+    kept.
   returned: when figures were found
   type: str
 predicted_s_per_step:

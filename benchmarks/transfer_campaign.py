@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
-        [--store PATH] [--csv benchmarks/data/transfer-campaign.csv] [--list]
+        [--store PATH] [--csv modak_lib/data/transfer-campaign.csv] [--list]
     .venv/bin/python benchmarks/transfer_campaign.py --refingerprint \
-        --csv benchmarks/data/transfer-campaign.csv
+        --csv modak_lib/data/transfer-campaign.csv
 
 Every family is an ordinary PyTorch script (``benchmarks/families/``) run through the
 runtime (``python3 -m modak_runtime -- SCRIPT``), as a job runs it, with the MODAK_*
@@ -29,9 +29,8 @@ already holds from this machine (``--repeats`` per configuration; another sessio
 another ``boot_id``, is another target and gets its own runs), so it can run in pieces
 (``--minutes`` stops starting runs after so long); an empty store is first filled from
 ``--csv`` when that file exists (the committed campaign).  ``--csv`` then writes the
-store's campaign rows, the dataset that
-``modak model eval --data benchmarks/data/transfer-campaign.csv`` evaluates (with the
-shipped dataset).
+store's campaign rows: MODAK ships that file (``modak_lib/data``), so that every model
+fit and ``modak model eval`` read it with the reference dataset.
 
 Repeats go where the model is uncertain: ``--uncertain N`` runs one more round of the N
 cells of this machine (of those selected by ``--family``/``--target``/``--variant``) whose

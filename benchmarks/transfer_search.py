@@ -1,14 +1,14 @@
 """Each workload family held out of the model in turn: plan it cold, search, compare.
 
-    .venv/bin/python benchmarks/transfer_search.py --data benchmarks/data/transfer-campaign.csv
+    .venv/bin/python benchmarks/transfer_search.py [--data CSV ...]
         [--family F ...] [--target 2c] [--job-steps 5000] [--budget 0.1] [--repeats 3]
         [--estimators linear,gbr]
 
 For each family (``benchmarks/families/``, batch variant 0) on one target of this machine:
 
-1. **cold plan**: the model is fitted on the campaign's measurements *without* that family
-   (and the shipped dataset; the estimators of ``--estimators``, the better on held-out
-   families kept, as ``modak model fit`` does); it ranks every candidate from the family's
+1. **cold plan**: the model is fitted on the shipped datasets (the transfer campaign
+   among them) and ``--data`` *without* that family (the estimators of ``--estimators``,
+   the better on held-out families kept, as ``modak model fit`` does); it ranks every candidate from the family's
    fingerprint (as its first run measures it) and the target's probe;
 2. **search**: the budgeted successive-halving search (``modak_lib.perf.search``) over the
    model's top three candidates and stock, with real short trials of the script through
@@ -66,7 +66,8 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int) ->
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", action="append", required=True)
+    ap.add_argument("--data", action="append", default=[],
+                    help="a campaign's CSV besides the shipped datasets")
     ap.add_argument("--family", action="append", choices=sorted(tc.FAMILIES))
     ap.add_argument("--target", default="2c", choices=sorted(tc.TARGETS))
     ap.add_argument("--job-steps", type=int, default=5000)

@@ -93,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
             m.add_argument("--out", default="model.png")
         if name in ("eval", "plot"):
             m.add_argument("--estimator", help="default: the saved model's (else linear)")
+        if name == "eval":
+            m.add_argument("--compare", metavar="NAMES",
+                           help="the estimators to compare, comma-separated (default: every "
+                                "one; 'none': no comparison)")
         if name != "plot":
             m.add_argument("--json", action="store_true", help="print the data as JSON")
 
@@ -245,8 +249,10 @@ def cmd_model(args: argparse.Namespace) -> int:
             args.estimator = pf.load(path, say=lambda t: _say(args, t),
                                      store_path=args.store).name \
                 if path.exists() else "linear"
-        result = ev.evaluate(data(), args.estimator,
-                             compare=args.model_command == "eval")
+        compare = args.model_command == "eval" and (
+            True if not getattr(args, "compare", None) else
+            [n for n in args.compare.split(",") if n and n != "none"])
+        result = ev.evaluate(data(), args.estimator, compare=compare)
         if args.model_command == "plot":
             print(f"wrote {ev.plot(result, Path(args.out))}")
             return 0
@@ -323,7 +329,9 @@ def eval_lines(result: dict, table_lines) -> list[str]:
         out.append("")
         rows = [[name, *(pct(v.get(how, float("nan"))) for how in ("loco", "lowo", "loto"))]
                 for name, v in result["estimators"].items()]
-        out += table_lines(rows, ["estimator", "LOCO MAPE", "LOWO MAPE", "LOTO MAPE"])
+        from .perf.fit import LOCO_FOLDS
+        out += table_lines(rows, ["estimator", f"LOCO MAPE ({LOCO_FOLDS} folds)",
+                                  "LOWO MAPE", "LOTO MAPE"])
     return out
 
 

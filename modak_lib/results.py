@@ -22,6 +22,10 @@ from .paths import data_file
 from .errors import ModakError
 
 SHIPPED = Path(__file__).parent / "data" / "measurements.csv"
+# the transfer campaign (benchmarks/transfer_campaign.py): eleven workload families on three
+# targets, the data the model transfers from; shipped so that an installed MODAK has it
+CAMPAIGN = SHIPPED.with_name("transfer-campaign.csv")
+SHIPPED_DATASETS = (SHIPPED, CAMPAIGN)
 
 # column -> SQLite type, in the CSV's order: declared once, with the record they come from
 COLUMNS: dict[str, str] = {name: sql for name, (sql, _) in record.STORE_COLUMNS.items()}
@@ -221,14 +225,15 @@ class ResultsStore:
 
 def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
                extra: Iterable[str | Path] = ()):
-    """All measurements as a pandas DataFrame: the shipped dataset, ``extra`` CSV files (a
-    campaign's, as ``export_csv`` writes them) and the store."""
+    """All measurements as a pandas DataFrame: the shipped datasets (``SHIPPED_DATASETS``),
+    ``extra`` CSV files (a campaign's, as ``export_csv`` writes them; a shipped one named
+    again is read once) and the store."""
     import pandas as pd
 
     frames = []
-    if include_shipped and SHIPPED.exists():
-        frames.append(pd.read_csv(SHIPPED))
-    for path in extra:
+    shipped = [p for p in SHIPPED_DATASETS if include_shipped and p.exists()]
+    extra = [p for p in extra if not any(_same_file(p, s) for s in shipped)]
+    for path in [*shipped, *extra]:
         try:
             frames.append(pd.read_csv(path))
         except (OSError, ValueError) as exc:
@@ -241,3 +246,10 @@ def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
     if df.empty:
         raise StoreError("no measurements: the store and the shipped dataset are empty")
     return df
+
+
+def _same_file(a: str | Path, b: Path) -> bool:
+    try:
+        return Path(a).resolve() == b.resolve() or Path(a).samefile(b)
+    except OSError:
+        return False

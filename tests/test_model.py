@@ -205,24 +205,31 @@ def test_model_artefact_is_versioned(tmp_path):
 
 
 def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
-    """After a recorded run the quick (linear) model is refitted on the store, but a model
-    `modak model fit` chose of another estimator (perhaps on a campaign's data the store
-    lacks) is kept: a deploy must not replace it by a linear model on less data."""
+    """After a recorded run the quick model is refitted on the shipped datasets and the
+    store, but a model `modak model fit` chose of another estimator, or one fitted on more
+    measurements (a campaign's data the store lacks), is kept: a deploy must not replace it
+    by a model of less data."""
     store = ResultsStore(tmp_path / "store.sqlite")
     store.append(synthetic(noise=0.01).to_dict("records"))
     path = tmp_path / "model.joblib"
     first = m.refit_after_run(store, path)  # no model yet: fitted
-    assert first.startswith("linear") and m.load(path).card.model_id == first
+    assert m.load(path).card.model_id == first
+    assert m.load(path).card.estimator in m.QUICK_ESTIMATORS
     rows = m.load(path).card.rows
     store.append([row("mnist-cnn", "off", 2, "glibc", "fp32", 0.09, rep=5)])
     second = m.refit_after_run(store, path)  # a quick model: refitted on the new run too
     assert second != first and m.load(path).card.model_id == second
     assert m.load(path).card.rows == rows + 1
-    full = m.fit(families(n=3), estimators=("gbr-split",))
+    full = m.fit(families(n=3), estimators=("forest-split",))
     full.save(path)
     said = m.refit_after_run(store, path)
     assert said.startswith(f"kept {full.card.model_id}: a full fit")
     assert m.load(path).card.model_id == full.card.model_id
+    more = m.fit(pd.concat([load_frame(store), families(n=3)], ignore_index=True),
+                 estimators=("linear",))  # a quick estimator, on more than the store has
+    more.save(path)
+    said = m.refit_after_run(store, path)
+    assert said.startswith(f"kept {more.card.model_id}: fitted on {rows + 1 + len(families(n=3))}")
     meta = json.loads(path.with_suffix(".json").read_text())  # unless this MODAK cannot use it
     meta["feature_version"] = -1
     path.with_suffix(".json").write_text(json.dumps(meta))
@@ -392,11 +399,16 @@ def test_closed_loop_a_run_moves_the_next_prediction(tmp_path):
 
 
 def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
-    """The planner's fast path (no scikit-learn) predicts what the fitted pipeline does."""
-    from modak_lib.perf.predictor import FastPredictor, LinearFormula
-    for estimators in (("linear",), ("linear-main",), ("linear-pairs",)):
+    """The planner's fast path (no scikit-learn) predicts what the fitted pipeline does:
+    the linear models' formulas, and the gradient-boosted trees' (the split model's two
+    parts, its stock level asked with the row under the stock configuration)."""
+    from modak_lib.perf.predictor import FastPredictor, formula_of
+    for estimators in (("linear",), ("linear-main",), ("linear-pairs",), ("gbr",),
+                       ("gbr-split",)):
         fitted = m.fit(synthetic(noise=0.05, seed=3), estimators=estimators)
-        formula = LinearFormula(fitted.meta["light"]["formula"])
+        spec = fitted.meta["light"]["formula"]
+        assert len(spec.get("parts", [])) == {"gbr": 1, "gbr-split": 2}.get(fitted.name, 0)
+        formula = formula_of(spec)
         frame = m.training_frame(synthetic(seed=4))
         # and a workload unlike any measured (1000x the parameters, 1/1000 the FLOPs): the
         # learned part is held to the measured efficiencies, on both paths alike
@@ -601,7 +613,7 @@ def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_pa
     campaign = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(campaign)
     cells = ("small-cnn/b0/2c/", "resnet18/b0/2c/", "mlp/b0/2c/", "gru/b0/2c/")
-    with open(ROOT / "benchmarks/data/transfer-campaign.csv", newline="") as f:
+    with open(ROOT / "modak_lib/data/transfer-campaign.csv", newline="") as f:
         rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
                 for r in csv.DictReader(f)  # (of the first machine: one description)
                 if any(r["run_id"].startswith("transfer/" + c) for c in cells)
@@ -679,3 +691,23 @@ def test_the_campaign_counts_each_machines_runs_for_itself(tmp_path):
     assert campaign.done(store) == {rid: 6}
     with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
         assert campaign.boot_id() == f.read().strip()
+
+
+def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(tmp_path):
+    """An installed MODAK fits its first model (the quick estimators) on the shipped datasets:
+    the transfer campaign is among them, read once even when named again with --data, and
+    the model it keeps is trusted for a workload family it never measured (its held-out
+    family error within the planner's MAX_UNSEEN_SIGMA), with its trees exported for the
+    planner; the linear models alone are not."""
+    from modak_lib.perf.predictor import MAX_UNSEEN_SIGMA
+    from modak_lib.results import CAMPAIGN, SHIPPED_DATASETS
+
+    assert CAMPAIGN in SHIPPED_DATASETS and CAMPAIGN.exists()
+    data = load_frame(None)
+    assert len(load_frame(None, extra=[CAMPAIGN, str(CAMPAIGN)])) == len(data)
+    assert {"mobile-cnn", "gru", "transformer-lm", "recommender"} <= set(data["workload"])
+    model = m.fit(data, estimators=m.QUICK_ESTIMATORS)
+    assert model.card.sigma_log_unseen < MAX_UNSEEN_SIGMA
+    assert model.meta["light"]["formula"].get("kind") == "trees"
+    linear = m.fit(data, estimators=("linear", "linear-main"))
+    assert linear.card.sigma_log_unseen > MAX_UNSEEN_SIGMA

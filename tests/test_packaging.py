@@ -78,7 +78,8 @@ def installed(tmp_path_factory):
 
 def test_the_artefacts_carry_their_data_and_no_build_output(installed):
     names = zipfile.ZipFile(installed.wheel).namelist()
-    for needed in ("modak_lib/data/measurements.csv", "modak_lib/data/catalogue.yaml",
+    for needed in ("modak_lib/data/measurements.csv", "modak_lib/data/transfer-campaign.csv",
+                   "modak_lib/data/catalogue.yaml",
                    "modak_lib/data/tosca/modak-types.yaml", "modak_lib/data/examples/train.py",
                    "modak_lib/templates/jobs/job.sh.j2", "modak_runtime/__main__.py"):
         assert needed in names
@@ -101,7 +102,7 @@ def test_the_installed_cli_plans_from_its_own_data_outside_the_checkout(installe
     assert proc.returncode == 0, proc.stderr
     proj = installed.work / "project"
     plans = []
-    for _ in range(2):  # the first fits the model on the shipped dataset, the second loads it
+    for _ in range(2):  # the first fits the model on the shipped datasets, the second loads it
         proc = installed("modak", "plan", "blueprint.yaml", "--infra", "infra-local.yaml",
                          "--json", cwd=proj)
         assert proc.returncode == 0, proc.stderr
@@ -111,8 +112,9 @@ def test_the_installed_cli_plans_from_its_own_data_outside_the_checkout(installe
     table = installed("modak", "plan", "blueprint.yaml", "--infra", "infra-local.yaml",
                       cwd=proj).stdout
     assert max(len(line) for line in table.splitlines()) <= 100
-    ev = installed("modak", "model", "eval")
+    ev = installed("modak", "model", "eval", "--estimator", "linear", "--compare", "none")
     assert ev.returncode == 0, ev.stderr
+    assert "mobile-cnn" in ev.stdout  # the shipped transfer campaign's families
     assert re.search(r"family\s+configs\s+LOCO MAPE\s+LOWO MAPE\s+LOWO \+stock\s+LOTO MAPE",
                      ev.stdout)
     types = json.loads(installed("modak", "tosca-types", "--json").stdout)

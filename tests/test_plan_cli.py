@@ -214,10 +214,15 @@ def test_the_plan_table_fits_100_columns_even_with_long_compiler_modes(tmp_path,
 def test_json_from_every_command_that_prints_data(capsys):
     code, out, _ = _main(capsys, "tosca-types", "--json")
     assert code == 0 and Path(json.loads(out)["path"]).name == "modak-types.yaml"
-    code, out, _ = _main(capsys, "model", "eval", "--json", "--estimator", "linear")
+    code, out, _ = _main(capsys, "model", "eval", "--json", "--estimator", "linear",
+                         "--compare", "linear,gbr-split")
     assert code == 0
     data = json.loads(out)
     assert {"per_family", "per_target", "overall", "decisions", "estimators"} <= set(data)
+    assert set(data["estimators"]) == {"linear", "gbr-split"}
+    # the shipped transfer campaign is read: families beyond the reference ones
+    assert {"mobile-cnn", "gru", "transformer-lm"} <= {w["workload"] for w in data["per_family"]}
+    assert data["estimators"]["gbr-split"]["lowo"] < data["estimators"]["linear"]["lowo"]
     assert all(0 <= w["mape_loco"] < 10 for w in data["per_family"])
 
 

@@ -51,6 +51,9 @@ TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
 WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
+# a configuration's knobs at their framework defaults (and its threads: all cores)
+STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
+         "onednn": 1}
 
 
 def _float(v: Any) -> float:
@@ -106,6 +109,21 @@ def features(row: dict[str, Any]) -> tuple[list[str], list[float]]:
             _log(flops / (gflops * 1e9)) if gflops > 0 else math.nan,
             _log(params * BYTES_PER_PARAMETER / (bandwidth * 1e9)) if bandwidth > 0
             else math.nan]
+    return cats, nums
+
+
+def as_stock(cats: list[str], nums: list[float]) -> tuple[list[str], list[float]]:
+    """:func:`features` of the same workload, batch and target under the stock
+    configuration: :data:`STOCK`'s knobs, every core (the thread share 1, the threads those
+    of the cores)."""
+    cats, nums = list(cats), list(nums)
+    for name, value in STOCK.items():
+        cats[CATEGORICAL.index(name)] = str(value)
+    i, j = NUMERIC.index("log_threads"), NUMERIC.index("thread_share")
+    share = nums[j]
+    if share > 0:  # (NaN or none: the threads as given)
+        nums[i] -= math.log(share)
+    nums[j] = 1.0
     return cats, nums
 
 

@@ -76,9 +76,7 @@ def training_frame(df):
     return df
 
 
-# a configuration's knobs at their framework defaults (and its threads: all cores)
-STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
-         "onednn": 1}
+STOCK = F.STOCK
 
 
 def stock_mask(df):
@@ -272,18 +270,15 @@ THREAD_COLUMNS = ("log_threads", "thread_share")
 
 
 def stock_version(X):
-    """The rows of a feature frame as their cell's stock configuration would run: framework
-    defaults, every core (``thread_share`` 1, ``log_threads`` that of the cores)."""
-    import numpy as np
+    """The rows of a feature frame as their cell's stock configuration would run
+    (``features.as_stock``: framework defaults, every core)."""
+    import pandas as pd
 
-    X = X.copy()
-    for col, value in STOCK_CATEGORIES.items():
-        X[col] = value
-    share = X["thread_share"].astype(float).to_numpy()
-    X["log_threads"] = X["log_threads"].astype(float).to_numpy() - np.log(
-        np.where(share > 0, share, 1.0))
-    X["thread_share"] = 1.0
-    return X
+    n, rows = len(F.CATEGORICAL), []
+    for r in X[F.CATEGORICAL + F.NUMERIC].itertuples(index=False, name=None):
+        cats, nums = F.as_stock(list(r[:n]), [float(v) for v in r[n:]])
+        rows.append(cats + nums)
+    return pd.DataFrame(rows, index=X.index, columns=F.CATEGORICAL + F.NUMERIC)
 
 
 def stock_rows(X):
@@ -390,7 +385,11 @@ def make_estimator(name: str):
 
 ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "gbr-split",
               "forest-split")
-QUICK_ESTIMATORS = ("linear", "linear-main")  # refits on the way (seconds, not minutes)
+# fitted on the way (a first plan, the refit after a run, a model of an older MODAK): each
+# in seconds on the shipped datasets, the split trees exported for the planner like the
+# linear formulas
+QUICK_ESTIMATORS = ("linear", "linear-main", "gbr-split")
+LOCO_FOLDS = 10  # a fit's held-out-configuration error: configurations dealt into 10 folds  # refits on the way (seconds, not minutes)
 
 
 def config_groups(df):
@@ -410,13 +409,21 @@ def groups_of(df, by: str):
     raise ValueError(by)
 
 
-def held_out_predictions(df, name: str, by: str = "configuration"):
-    """Predictions of log s/step, each with its group (``groups_of``) left out of the fit."""
+def held_out_predictions(df, name: str, by: str = "configuration",
+                         folds: Optional[int] = None):
+    """Predictions of log s/step, each with its group (``groups_of``) left out of the fit;
+    with ``folds``, the groups are dealt into that many folds (a fixed shuffle) and each
+    fold is left out in turn: a fit's estimate of its error on held-out configurations in
+    a few seconds, not one fit per configuration (``modak model eval`` holds each out)."""
     import numpy as np
 
     X, base = F.frame(df), F.baselines(df)
     y = df["y"].to_numpy() - base
     groups, configs = groups_of(df, by), config_groups(df)
+    names = groups.unique()
+    if folds and len(names) > folds:
+        order = np.random.default_rng(0).permutation(len(names))
+        groups = groups.map(dict(zip(names[order], np.arange(len(names)) % folds)))
     pred = np.full(len(df), np.nan)
     for g in groups.unique():
         test = (groups == g).to_numpy()
@@ -515,16 +522,16 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
     res = residual[best][~np.isnan(residual[best])]
     sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
     loco = residual[best] if by == "configuration" else (
-        df["y"].to_numpy() - held_out_predictions(df, best, "configuration"))
+        df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS))
     loco = loco[~np.isnan(loco)]
     Xt, learned = per_configuration(F.frame(df), df["y"].to_numpy() - F.baselines(df),
                                     config_groups(df))
     est = make_estimator(best).fit(Xt, learned)
     bounds = residual_range(learned)
     light: dict[str, Any] = {"workloads": workloads}
-    if best.startswith("linear"):
-        light.update(formula={**export_linear(est), "range": bounds},
-                     measured=measured_groups(every))
+    formula = export_linear(est) if best.startswith("linear") else export_trees(est)
+    if formula is not None:  # the planner evaluates it without scikit-learn
+        light.update(formula={**formula, "range": bounds}, measured=measured_groups(every))
     card = ModelCard(
         model_id=f"{best}-{fingerprint(df)}", estimator=best,
         feature_version=F.FEATURE_VERSION, features=F.CATEGORICAL + F.NUMERIC,
@@ -539,18 +546,51 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
     return FittedModel(est, best, card, keep)
 
 
+def _export_encoding(est) -> dict[str, Any]:
+    """A fitted pipeline's inputs (one-hot categories, scaled numbers) as numbers that
+    ``predictor.encode`` applies."""
+    pre = est.named_steps["pre"]
+    cat, num = pre.named_transformers_["cat"], pre.named_transformers_["num"]
+    return {"categories": [[str(c) for c in cats] for cats in cat.categories_],
+            "mean": num.mean_.tolist(), "scale": num.scale_.tolist()}
+
+
 def export_linear(est) -> dict[str, Any]:
     """A fitted linear pipeline as numbers that ``predictor.LinearFormula`` evaluates."""
-    pre, reg = est.named_steps["pre"], est.named_steps["reg"]
-    cat, num = pre.named_transformers_["cat"], pre.named_transformers_["num"]
+    reg = est.named_steps["reg"]
     terms = None
     inter = est.named_steps.get("inter")
     if inter is not None:
         terms = (inter.terms_ if hasattr(inter, "terms_") else
                  [[i for i, p in enumerate(row) if p] for row in inter.powers_])
-    return {"categories": [[str(c) for c in cats] for cats in cat.categories_],
-            "mean": num.mean_.tolist(), "scale": num.scale_.tolist(), "terms": terms,
+    return {**_export_encoding(est), "terms": terms,
             "coef": reg.coef_.tolist(), "intercept": float(reg.intercept_)}
+
+
+def export_trees(est) -> Optional[dict[str, Any]]:
+    """A fitted gradient-boosting pipeline, or a ``Split`` of two, as numbers that
+    ``predictor.TreeFormula`` evaluates; None for an estimator it cannot export (a
+    forest: hundreds of deep trees, left to scikit-learn)."""
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    parts = [(False, est)]
+    if type(est).__name__ == "Split":
+        parts = [(False, est.ratio_)] + ([(True, est.level_)] if est.level_ is not None
+                                          else [])
+    out = []
+    for stock, pipe in parts:
+        reg = pipe.named_steps["reg"]
+        if not isinstance(reg, GradientBoostingRegressor):
+            return None
+        trees = []
+        for tree in reg.estimators_[:, 0]:
+            t = tree.tree_
+            trees.append([t.children_left.tolist(), t.children_right.tolist(),
+                          t.feature.tolist(), t.threshold.tolist(), t.value[:, 0, 0].tolist()])
+        out.append({**_export_encoding(pipe), "stock": stock,
+                    "init": float(reg.init_.constant_[0][0]), "rate": float(reg.learning_rate),
+                    "trees": trees})
+    return {"kind": "trees", "parts": out}
 
 
 def measured_groups(df) -> list[dict[str, Any]]:
@@ -704,23 +744,32 @@ def fit_if_possible(path: Optional[Path] = None) -> bool:
 
 def refit_after_run(store, path: Optional[Path] = None) -> str:
     """The closed loop's refit once a run is recorded in ``store``: the quick estimators on
-    the shipped dataset and the store, saved at ``path``; returns the model's id.
+    the shipped datasets and the store, saved at ``path``; returns the model's id.
 
-    A saved model of another estimator that this MODAK can use is a full fit (``modak model
-    fit``, perhaps on a campaign's data the store lacks): it is kept, not replaced by a
-    linear model on less data, and its predictor reads the new run from the store when it
-    plans (``predictor.load_predictor``).  ``modak model fit`` refits it."""
+    A saved model that this MODAK can use is kept when the refit would lose what it was
+    fitted on: one of an estimator the quick refit does not consider (``modak model fit``
+    chose it), or one fitted on more measurements than the shipped datasets and the store
+    hold (a campaign's ``--data`` the store lacks).  Its predictor reads the new run from
+    the store when it plans (the measured medians, the workload's stock-anchored level);
+    ``modak model fit`` refits it."""
+    from ..results import load_frame
+
     path = path or default_path()
     try:
         meta = json.loads(path.with_suffix(".json").read_text())
     except (OSError, ValueError):
         meta = None
-    if (isinstance(meta, dict) and meta.get("estimator") not in QUICK_ESTIMATORS
-            and path.exists() and stale(meta) is None):
-        return (f"kept {meta.get('model_id')}: a full fit (`modak model fit` refits it); "
-                "it reads this run from the store")
-    from ..results import load_frame
-
-    model = fit(load_frame(store), estimators=QUICK_ESTIMATORS)
+    data = load_frame(store)
+    if isinstance(meta, dict) and path.exists() and stale(meta) is None:
+        why = None
+        if meta.get("estimator") not in QUICK_ESTIMATORS:
+            why = "a full fit"
+        elif int(meta.get("rows") or 0) > len(usable(training_frame(data))):
+            why = f"fitted on {meta.get('rows')} measurements, more than the store's and the " \
+                  "shipped ones"
+        if why:
+            return (f"kept {meta.get('model_id')}: {why} (`modak model fit` refits it); "
+                    "it reads this run from the store")
+    model = fit(data, estimators=QUICK_ESTIMATORS)
     model.save(path)
     return model.meta["model_id"]

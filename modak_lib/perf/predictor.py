@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import struct
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -79,28 +80,74 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
     return rows
 
 
+def encode(spec: dict[str, Any], cats: list[str], nums: list[float]) -> list[float]:
+    """A pipeline's inputs as ``fit`` exported them: the categories one-hot, the numbers
+    less their mean over their scale."""
+    x: list[float] = []
+    for value, known in zip(cats, spec["categories"]):
+        x.extend(1.0 if value == k else 0.0 for k in known)
+    x.extend((v - m) / sc if sc else 0.0 for v, m, sc in zip(nums, spec["mean"], spec["scale"]))
+    return x
+
+
 class LinearFormula:
     """log s/step = baseline + clip(intercept + coef . terms(onehot(cats) ++ (nums - mean) /
     scale), range) (``features.baseline``: the step's arithmetic at the target's measured
     rates; ``range``: the efficiencies measured, widened)."""
 
     def __init__(self, spec: dict[str, Any]):
-        self.categories = spec["categories"]
-        self.mean, self.scale = spec["mean"], spec["scale"]
+        self.spec = spec
         self.terms = spec.get("terms")  # interaction terms: lists of base indices
         self.coef, self.intercept = spec["coef"], spec["intercept"]
         self.low, self.high = spec.get("range", [-1e9, 1e9])
 
     def __call__(self, row: dict[str, Any]) -> float:
-        cats, nums = F.features(row)
-        x: list[float] = []
-        for value, known in zip(cats, self.categories):
-            x.extend(1.0 if value == k else 0.0 for k in known)
-        x.extend((v - m) / sc if sc else 0.0 for v, m, sc in zip(nums, self.mean, self.scale))
+        x = encode(self.spec, *F.features(row))
         if self.terms is not None:
             x = [math.prod(x[i] for i in term) for term in self.terms]
         learned = self.intercept + sum(c * v for c, v in zip(self.coef, x))
         return F.baseline(row) + min(self.high, max(self.low, learned))
+
+
+def _float32(v: float) -> float:
+    """``v`` as the float32 scikit-learn's trees compare."""
+    return struct.unpack("f", struct.pack("f", v))[0]
+
+
+class TreeFormula:
+    """log s/step = baseline + clip(sum over the parts of init + rate x the sum of its
+    trees' leaves, range): gradient boosting as ``fit.export_trees`` exported it.  A
+    ``Split`` model has two parts: the configuration's ratio to its cell's stock, on the
+    row's features, and the stock level, on the same row's features under the stock
+    configuration (``features.as_stock``).  A number the row lacks (NaN) is taken at its
+    training mean."""
+
+    def __init__(self, spec: dict[str, Any]):
+        self.parts = spec["parts"]
+        self.low, self.high = spec.get("range", [-1e9, 1e9])
+
+    @staticmethod
+    def _part(part: dict[str, Any], cats: list[str], nums: list[float]) -> float:
+        x = [_float32(v) for v in encode(part, cats, [
+            m if v != v else v for v, m in zip(nums, part["mean"])])]
+        total = 0.0
+        for left, right, feature, threshold, value in part["trees"]:
+            node = 0
+            while left[node] != -1:
+                node = left[node] if x[feature[node]] <= threshold[node] else right[node]
+            total += value[node]
+        return part["init"] + part["rate"] * total
+
+    def __call__(self, row: dict[str, Any]) -> float:
+        cats, nums = F.features(row)
+        learned = sum(self._part(p, *(F.as_stock(cats, nums) if p["stock"] else (cats, nums)))
+                      for p in self.parts)
+        return F.baseline(row) + min(self.high, max(self.low, learned))
+
+
+def formula_of(spec: dict[str, Any]):
+    """The exported formula's evaluator."""
+    return TreeFormula(spec) if spec.get("kind") == "trees" else LinearFormula(spec)
 
 
 class FastPredictor:
@@ -114,8 +161,8 @@ class FastPredictor:
         light = meta.get("light") or {}
         if formula is None:
             if "formula" not in light:
-                raise PredictError("the model has no exported linear formula")
-            formula = LinearFormula(light["formula"])
+                raise PredictError("the model has no exported formula")
+            formula = formula_of(light["formula"])
         self.meta = meta
         self.formula = formula
         self.measured = measured if measured is not None else light.get("measured", [])

@@ -41,10 +41,13 @@ options:
     default: true
   refit:
     description:
-      - After recording new figures, refit the performance model (the linear model) and save
-        it where C(modak plan) finds it (C($MODAK_MODEL) or C(~/.local/share/modak/model.joblib)).
-      - A saved model of another estimator (a full C(modak model fit)) is kept, not replaced;
-        it reads the new figures from the results store when it plans.
+      - After recording new figures, refit the performance model (the quick estimators, the
+        linear models and split gradient boosting, on the shipped datasets and the results
+        store; the best on held-out workload families is kept) and save it where
+        C(modak plan) finds it (C($MODAK_MODEL) or C(~/.local/share/modak/model.joblib)).
+      - A saved model of another estimator (a full C(modak model fit)), or one fitted on more
+        measurements than the shipped datasets and the store hold, is kept, not replaced; it
+        reads the new figures from the results store when it plans.
     type: bool
     default: false
 author:

@@ -711,3 +711,20 @@ def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(t
     assert model.meta["light"]["formula"].get("kind") == "trees"
     linear = m.fit(data, estimators=("linear", "linear-main"))
     assert linear.card.sigma_log_unseen > MAX_UNSEEN_SIGMA
+
+
+def test_a_model_of_cpu_data_does_not_decide_for_an_accelerator_it_never_measured():
+    """A GPU target's figures can be given, but a model fitted on CPU runs only has learned
+    nothing of a GPU's efficiency: it leaves the choice to the prior and the trials."""
+    from modak_lib.perf.predictor import FastPredictor
+    fitted = m.fit(synthetic(noise=0.05, seed=3), estimators=("linear",))
+    assert fitted.meta["light"]["accelerators"] == []
+    # (trusted for unseen targets, so that only the accelerator can stop it)
+    fast = FastPredictor({**fitted.meta, "sigma_log_unseen": 0.1})
+    new = {"microarchitecture": "skylake_avx512"}  # (nothing measured there to answer it)
+    cpu = make_plan(mnist_request(**new), predictor=fast, run_id="c").plan
+    gpu = make_plan(mnist_request(**new, accelerators={"vendor": "nvidia", "model": "V100",
+                                                       "count": 1}),
+                    predictor=fast, run_id="g").plan
+    assert cpu.decided_by == "model" and gpu.decided_by == "prior"
+    assert any("a measurement on a V100 (its data are of CPUs only)" in n for n in gpu.notes)

@@ -528,7 +528,9 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
                                     config_groups(df))
     est = make_estimator(best).fit(Xt, learned)
     bounds = residual_range(learned)
-    light: dict[str, Any] = {"workloads": workloads}
+    acc = df["accelerator"] if "accelerator" in df else None
+    light: dict[str, Any] = {"workloads": workloads, "accelerators": sorted(
+        {str(a) for a in acc if isinstance(a, str) and a} if acc is not None else set())}
     formula = export_linear(est) if best.startswith("linear") else export_trees(est)
     if formula is not None:  # the planner evaluates it without scikit-learn
         light.update(formula={**formula, "range": bounds}, measured=measured_groups(every))

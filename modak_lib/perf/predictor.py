@@ -241,6 +241,11 @@ class FastPredictor:
                 and float(m["cores"]) == float(target.cores_per_node)]
         rows = candidate_rows(request, configs, workload=w)
         lacking = F.missing(rows[0]) if rows else []
+        known = (self.meta.get("light") or {}).get("accelerators")
+        device = rows[0].get("accelerator") if rows else None
+        if not lacking and known is not None and device and device not in known:
+            lacking = [f"a measurement on a {device} (its data are of "
+                       + (", ".join(known) if known else "CPUs only") + ")"]
         # a workload not measured on this target: its error as measured on held-out workload
         # families, else on held-out configurations
         seen = bool(same)

@@ -728,3 +728,28 @@ def test_a_model_of_cpu_data_does_not_decide_for_an_accelerator_it_never_measure
                     predictor=fast, run_id="g").plan
     assert cpu.decided_by == "model" and gpu.decided_by == "prior"
     assert any("a measurement on a V100 (its data are of CPUs only)" in n for n in gpu.notes)
+
+
+def test_a_measurement_answers_only_for_the_accelerator_it_ran_on():
+    """The same CPU and cores with a GPU is another target: its runs answer for it, and the
+    CPU node's runs do not (nor the other way round)."""
+    v100 = {"vendor": "nvidia", "model": "V100", "count": 1}
+    cpu_runs = synthetic()
+    gpu_runs = synthetic().assign(accelerator="V100",
+                                  s_per_step=lambda d: d["s_per_step"] / 10)
+    cpu_only = predictor_for(cpu_runs)
+    gpu = make_plan(mnist_request(accelerators=v100), predictor=cpu_only, run_id="g").plan
+    assert gpu.decided_by == "prior"
+    assert not any(c.prediction and c.prediction.measured for c in gpu.candidates)
+    both = predictor_for(pd.concat([cpu_runs, gpu_runs], ignore_index=True))
+    for acc, runs in ((v100, gpu_runs), (None, cpu_runs)):
+        plan = make_plan(mnist_request(**({"accelerators": acc} if acc else {})),
+                         predictor=both, run_id="b").plan
+        stock = next(c for c in plan.candidates if c.configuration.compiler is None
+                     and c.configuration.threads == 2
+                     and c.configuration.allocator == Allocator.glibc
+                     and c.configuration.precision == Precision.fp32)
+        s = runs[(runs.workload == "mnist-cnn") & (runs.compiler == "off") & (runs.threads == 2)
+                 & (runs.allocator == "glibc")
+                 & (runs.precision == "fp32")]["s_per_step"].median()
+        assert stock.prediction.measured and stock.prediction.seconds == pytest.approx(s)

@@ -596,12 +596,15 @@ def export_trees(est) -> Optional[dict[str, Any]]:
 
 
 def measured_groups(df) -> list[dict[str, Any]]:
-    """Median, min, max and count of s/step per measured configuration and target."""
-    keys = ["fingerprint", "workload", "microarchitecture", "cores", "framework",
-            "batch_size"] + CONFIG_KEYS
+    """Median, min, max and count of s/step per measured configuration and target (its
+    CPU, cores and accelerator: a run on the CPU is not a GPU node's measurement)."""
+    keys = ["fingerprint", "workload", "microarchitecture", "cores", "accelerator",
+            "framework", "batch_size"] + CONFIG_KEYS
     d = df.copy()
-    if "fingerprint" not in d:
-        d["fingerprint"] = None
+    for k in ("fingerprint", "accelerator"):
+        if k not in d:
+            d[k] = None
+    d["accelerator"] = d["accelerator"].astype(object).where(d["accelerator"].notna(), None)
     for k in INT_KEYS:
         d[k] = d[k].astype(float).round().astype(int)
     out = []

@@ -236,13 +236,15 @@ class FastPredictor:
             return [None] * len(configs)
         fp = w.get("fingerprint") or w.get("workload")
         target = request.target
+        rows = candidate_rows(request, configs, workload=w)
+        device = rows[0].get("accelerator") if rows else None
+        # measured here: the same CPU, cores and accelerator (none on both sides for a CPU)
         same = [m for m in self.measured if (m.get("fingerprint") or m.get("workload")) == fp
                 and m["microarchitecture"] == target.microarchitecture
-                and float(m["cores"]) == float(target.cores_per_node)]
-        rows = candidate_rows(request, configs, workload=w)
+                and float(m["cores"]) == float(target.cores_per_node)
+                and (m.get("accelerator") or None) == (device or None)]
         lacking = F.missing(rows[0]) if rows else []
         known = (self.meta.get("light") or {}).get("accelerators")
-        device = rows[0].get("accelerator") if rows else None
         if not lacking and known is not None and device and device not in known:
             lacking = [f"a measurement on a {device} (its data are of "
                        + (", ".join(known) if known else "CPUs only") + ")"]

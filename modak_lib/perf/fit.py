@@ -389,7 +389,7 @@ ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "gbr-spl
 # in seconds on the shipped datasets, the split trees exported for the planner like the
 # linear formulas
 QUICK_ESTIMATORS = ("linear", "linear-main", "gbr-split")
-LOCO_FOLDS = 10  # a fit's held-out-configuration error: configurations dealt into 10 folds  # refits on the way (seconds, not minutes)
+LOCO_FOLDS = 10  # a fit's held-out-configuration error: configurations dealt into 10 folds
 
 
 def config_groups(df):

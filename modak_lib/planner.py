@@ -296,7 +296,9 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     if predicted:
         decided_by = "model"
         unpredicted = [c for c, p in zip(configs, predictions) if p is None]
-        predicted.sort(key=lambda cp: (job_seconds(cp[1], job_steps), cp[0].label()))
+        # (equal times: the better-scored image, as the prior would have it)
+        predicted.sort(key=lambda cp: (job_seconds(cp[1], job_steps), -scores[cp[0].image],
+                                       cp[0].label()))
         if job_steps and any(p.warmup_s for _, p in predicted):
             notes.append(f"ranked by the time of a {job_steps}-step job: each candidate's "
                          "warm-up (compilation) once, as measured (a compiler this workload "

@@ -753,3 +753,23 @@ def test_a_measurement_answers_only_for_the_accelerator_it_ran_on():
                  & (runs.allocator == "glibc")
                  & (runs.precision == "fp32")]["s_per_step"].median()
         assert stock.prediction.measured and stock.prediction.seconds == pytest.approx(s)
+
+
+def test_a_run_in_one_image_is_not_another_images_measurement():
+    """With an optimised build allowed, the source-built image and the pip one are both
+    candidates. Runs recorded in the pip image answer only for it; runs outside any image
+    (the shipped campaigns ran on the host) stand for both, and where the times are equal
+    the better-scored image (the source build) is chosen, not the first by name."""
+    pip, src = "pytorch-2.13.0-cpu", "pytorch-2.13.0-cpu-src"
+    req = mnist_request(max_build_hours=10)
+    plan = make_plan(req, predictor=predictor_for(synthetic().assign(image=pip)),
+                     run_id="i").plan
+    by_image: dict[str, list] = {}
+    for c in plan.candidates:
+        by_image.setdefault(c.configuration.image, []).append(c)
+    assert set(by_image) == {pip, src}
+    assert all(c.prediction.measured for c in by_image[pip])
+    assert not any(c.prediction and c.prediction.measured for c in by_image[src])
+    plan = make_plan(req, predictor=predictor_for(synthetic()), run_id="h").plan
+    assert all(c.prediction.measured for c in plan.candidates)
+    assert plan.chosen.image == src

@@ -596,15 +596,15 @@ def export_trees(est) -> Optional[dict[str, Any]]:
 
 
 def measured_groups(df) -> list[dict[str, Any]]:
-    """Median, min, max and count of s/step per measured configuration and target (its
-    CPU, cores and accelerator: a run on the CPU is not a GPU node's measurement)."""
+    """Median, min, max and count of s/step per measured configuration, image and target
+    (its CPU, cores and accelerator: a run on the CPU is not a GPU node's measurement)."""
     keys = ["fingerprint", "workload", "microarchitecture", "cores", "accelerator",
-            "framework", "batch_size"] + CONFIG_KEYS
+            "framework", "image", "batch_size"] + CONFIG_KEYS
     d = df.copy()
-    for k in ("fingerprint", "accelerator"):
+    for k in ("fingerprint", "accelerator", "image"):
         if k not in d:
             d[k] = None
-    d["accelerator"] = d["accelerator"].astype(object).where(d["accelerator"].notna(), None)
+        d[k] = d[k].astype(object).where(d[k].notna(), None)
     for k in INT_KEYS:
         d[k] = d[k].astype(float).round().astype(int)
     out = []

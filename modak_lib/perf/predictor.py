@@ -33,6 +33,7 @@ Z90 = 1.645            # two-sided 90% interval in log space
 MAX_UNSEEN_SIGMA = 0.5
 CONFIG_KEYS = F.CONFIG_KEYS
 MATCH_KEYS = CONFIG_KEYS + ["framework", "batch_size"]
+HOST_IMAGE = "host"  # the store's image of a run outside any container (results.record)
 # a knob (as the runtime names it) -> is it switched on in a configuration row?
 KNOB_ON = {"compiler": lambda r: r["compiler"] != "off",
            "precision": lambda r: r["precision"] != "fp32",
@@ -272,9 +273,14 @@ class FastPredictor:
         out: list[Optional[Prediction]] = []
         correct = self._knob_effects(rows[0], same, target.cores_per_node) \
             if rows and not lacking else None
-        for row in rows:
+        for cfg, row in zip(configs, rows):
             key = tuple(str(row[k]) for k in MATCH_KEYS)
-            hit = [m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key]
+            # a run in another image is not this image's measurement; a run outside any
+            # image (the shipped campaigns ran on the host) stands for each, after a run
+            # in this very image
+            hit = sorted((m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key
+                          and m.get("image") in (None, HOST_IMAGE, cfg.image)),
+                         key=lambda m: m.get("image") != cfg.image)
             if hit:
                 m = hit[0]
                 out.append(Prediction(seconds=m["median"], low=m["min"], high=m["max"],

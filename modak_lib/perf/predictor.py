@@ -350,8 +350,7 @@ class FastPredictor:
                 residual[key(m)] = math.log(m["median"]) - self.formula(row_of(m))
         if not residual:
             return None
-        stock = {"compiler": "off", "threads": cores, "allocator": "glibc", "precision": "fp32",
-                 "channels_last": 0, "onednn": 1}
+        stock = {**F.STOCK, "threads": cores}
         base = residual.get(key(stock))
 
         def correct(row: dict[str, Any]) -> tuple[float, list[str]]:

@@ -325,6 +325,7 @@ def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, 
     assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
     (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
     assert row["status"] == "ok" and row["steps"] == 12 and row["fingerprint"].startswith("fp-")
+    assert row["image"] == "host"  # no container: it ran in the host's environment
     assert "-m modak_runtime.probe" in next((tmp_path / "plans").glob("*/job.sh")).read_text()
     probes = json.loads((tmp_path / "probes.json").read_text())
     (probe,) = probes.values()

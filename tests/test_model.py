@@ -759,11 +759,13 @@ def test_a_run_in_one_image_is_not_another_images_measurement():
     """With an optimised build allowed, the source-built image and the pip one are both
     candidates. Runs recorded in the pip image answer only for it; runs outside any image
     (the shipped campaigns ran on the host) stand for both, and where the times are equal
-    the better-scored image (the source build) is chosen, not the first by name."""
+    the better-scored image (the source build) is chosen, not the first by name. A target
+    that runs no container runs in the host's environment: a run in an image is not its
+    measurement."""
     pip, src = "pytorch-2.13.0-cpu", "pytorch-2.13.0-cpu-src"
-    req = mnist_request(max_build_hours=10)
-    plan = make_plan(req, predictor=predictor_for(synthetic().assign(image=pip)),
-                     run_id="i").plan
+    req = mnist_request(max_build_hours=10, container_runtime="podman")
+    in_pip = predictor_for(synthetic().assign(image=pip))
+    plan = make_plan(req, predictor=in_pip, run_id="i").plan
     by_image: dict[str, list] = {}
     for c in plan.candidates:
         by_image.setdefault(c.configuration.image, []).append(c)
@@ -773,3 +775,49 @@ def test_a_run_in_one_image_is_not_another_images_measurement():
     plan = make_plan(req, predictor=predictor_for(synthetic()), run_id="h").plan
     assert all(c.prediction.measured for c in plan.candidates)
     assert plan.chosen.image == src
+    on_host = make_plan(mnist_request(), predictor=in_pip, run_id="n").plan
+    assert on_host.candidates and not any(c.prediction and c.prediction.measured
+                                          for c in on_host.candidates)
+
+
+def test_a_failure_or_a_refused_knob_answers_for_the_place_it_happened():
+    """torch.compile failing on another CPU, or tcmalloc missing from one image, does not
+    keep them from this target or the host: a refused knob or a failed configuration is
+    withheld only at its place (the target and the image: the host's word is not an
+    image's), only at the refused value (jemalloc is not tcmalloc), and only until a later
+    run there applied it."""
+    pip = "pytorch-2.13.0-cpu"
+    compiled = ("torch.compile:default", 2, "glibc", "fp32")
+    failed = row("mnist-cnn", *compiled, 1.0, micro="x86_64_v3") | {
+        "status": "failed", "failed_knob": "compiler", "s_per_step": None,
+        "error": "InductorError: no vector ISA", "run_id": "avx2-run"}
+    refused = row("mnist-cnn", "off", 2, "tcmalloc", "fp32", 0.05) | {
+        "image": pip, "not_applied": "allocator", "run_id": "pip-run",
+        "recorded_at": "2026-11-23T00:00:00+00:00",
+        "raw": json.dumps({"not_applied": {"allocator": "tcmalloc is not loaded"}})}
+    data = pd.concat([synthetic(), pd.DataFrame([failed, refused])], ignore_index=True)
+    predictor = predictor_for(data)
+
+    def not_offered(req):
+        notes = make_plan(req, predictor=predictor, run_id="p").plan.notes
+        return [n for n in notes if n.startswith("not offered:")]
+
+    def label(compiler, threads, alloc, prec, image=pip):
+        return f"{image} compiler={compiler} threads={threads} alloc={alloc} prec={prec}"
+
+    assert not_offered(mnist_request()) == []  # zen4, on the host
+    v3 = not_offered(mnist_request(microarchitecture="x86_64_v3"))
+    assert len(v3) == 1 and v3[0].startswith(f"not offered: {label(*compiled)}: failed when "
+                                             "run here (avx2-run, under the knob compiler)")
+    # nor does the host's say anything of an image
+    assert not_offered(mnist_request(microarchitecture="x86_64_v3",
+                                     container_runtime="podman")) == []
+    in_pip = not_offered(mnist_request(container_runtime="podman"))
+    assert in_pip and all("alloc=tcmalloc" in n and "tcmalloc is not loaded" in n
+                          for n in in_pip), in_pip
+    assert any(label("off", 1, "tcmalloc", "bf16") in n for n in in_pip)
+    # tcmalloc installed in the image: the next run there applied it
+    applied = refused | {"not_applied": None, "recorded_at": "2026-11-24T00:00:00+00:00",
+                         "raw": json.dumps({})}
+    predictor = predictor_for(pd.concat([data, pd.DataFrame([applied])], ignore_index=True))
+    assert not_offered(mnist_request(container_runtime="podman")) == []

@@ -54,6 +54,51 @@ BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads 
 # a configuration's knobs at their framework defaults (and its threads: all cores)
 STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
          "onednn": 1}
+# the knobs the runtime may refuse (as it names them), each switched on in a configuration
+# row when its value is not the stock one
+KNOBS = ("compiler", "precision", "allocator", "channels_last")
+# where a run ran: the image (``HOST_IMAGE``: outside any container) and the target (its
+# CPU, cores and accelerator, none for a CPU node)
+PLACE_KEYS = ("image", "microarchitecture", "cores", "accelerator")
+HOST_IMAGE = "host"
+
+
+def knob_value(row: dict[str, Any], knob: str) -> Optional[str]:
+    """The value a configuration row sets ``knob`` to, None when it leaves it at stock."""
+    value = _text(row.get(knob), str(STOCK[knob]))
+    if knob == "channels_last":
+        value = _flag(row.get(knob), 0)
+    return None if value == str(STOCK[knob]) else value
+
+
+def place(row: dict[str, Any]) -> dict[str, Any]:
+    """:data:`PLACE_KEYS` of a row, as one place compares with another (:func:`same_place`)."""
+    cores = _float(row.get("cores"))
+    return {"image": _text(row.get("image"), HOST_IMAGE),
+            "microarchitecture": _text(row.get("microarchitecture"), "unknown"),
+            "cores": None if cores != cores else cores,
+            "accelerator": _text(row.get("accelerator"), "") or None}
+
+
+def same_place(recorded: dict[str, Any], here: dict[str, Any], host_for_all=True) -> bool:
+    """Whether what was recorded at ``recorded`` (a :func:`place`) answers for a run at
+    ``here``: the same target, and the same image; with ``host_for_all``, a run outside any
+    image stands for every image (a measurement: the shipped campaigns ran on the host).
+    A key ``recorded`` lacks (a record of an older MODAK) matches any."""
+    for k in PLACE_KEYS:
+        if k not in recorded:
+            continue
+        mine, theirs = recorded[k], here.get(k)
+        if k == "image":
+            if mine is not None and mine != theirs and not (host_for_all
+                                                            and mine == HOST_IMAGE):
+                return False
+        elif k == "cores":
+            if mine is not None and theirs is not None and float(mine) != float(theirs):
+                return False
+        elif (mine or None) != (theirs or None):
+            return False
+    return True
 
 
 def _float(v: Any) -> float:

@@ -626,16 +626,27 @@ def _plain(v: Any) -> Any:
 
 def workload_table(df) -> list[dict[str, Any]]:
     """Per workload (its key, else its label and framework): the latest fingerprint (with
-    its FLOP shares), the knobs the runtime could not apply to it, and the configurations
-    it failed under."""
+    its FLOP shares), the knobs the runtime refused to apply to it and the configurations
+    it failed under.
+
+    A refusal or a failure is recorded with its place (``features.place``: the image and
+    the target) and answers for that place only (``features.same_place``): torch.compile
+    failing under one CPU's instruction set, or tcmalloc missing from one image, says
+    nothing of another.  And only while it is the latest word there: a later run at the
+    same place that applied the knob, or ran the configuration, lifts it."""
     import pandas as pd
 
     d = df.copy()
     for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
-                "run_id", *F.WORKLOAD_FIGURES):
+                "run_id", "recorded_at", *F.PLACE_KEYS, *F.WORKLOAD_FIGURES):
         if col not in d:
             d[col] = None
     d["status"] = d["status"].fillna("ok")
+    if "raw" not in d:
+        d["raw"] = None
+    # the latest word last (rows without a time, the oldest stores', first)
+    d = d.iloc[d["recorded_at"].astype(str).where(d["recorded_at"].notna(), "")
+               .argsort(kind="stable")]
     ident = d["workload_key"].astype(object).where(
         d["workload_key"].notna(), "label:" + d["workload"].astype(str) + "/"
         + d["framework"].astype(str) + "/" + d["batch_size"].astype(str))
@@ -647,21 +658,39 @@ def workload_table(df) -> list[dict[str, Any]]:
                                               "framework", "trainable_parameters",
                                               "batch_size", "image_size",
                                               *F.WORKLOAD_FIGURES)}
-        not_applied: dict[str, str] = {}
-        for raw, names in zip(g.get("raw", pd.Series(None, index=g.index)), g["not_applied"]):
-            if isinstance(names, str) and names:
-                reasons = {}
+        refused: dict[tuple, Optional[dict[str, Any]]] = {}
+        failed: dict[tuple, Optional[dict[str, Any]]] = {}
+        for r in g.to_dict("records"):
+            where = F.place(r)
+            spot = tuple(where.values())
+            names = r["not_applied"] if isinstance(r["not_applied"], str) else ""
+            names = {n for n in names.split(",") if n}
+            reasons = {}
+            if names:
                 try:
-                    reasons = json.loads(raw).get("not_applied", {})
+                    reasons = json.loads(r["raw"]).get("not_applied", {})
                 except (TypeError, ValueError, AttributeError):
                     pass
-                for n in names.split(","):
-                    not_applied[n] = str(reasons.get(n, "not applied"))[:200]
-        entry["not_applied"] = not_applied
-        entry["failed"] = [{**{k: _plain(r[k]) for k in CONFIG_KEYS},
-                            "knob": _plain(r["failed_knob"]), "run_id": _plain(r["run_id"]),
-                            "error": str(_plain(r["error"]) or "")[:200]}
-                           for _, r in g[g["status"] == "failed"].iterrows()]
+            for knob in F.KNOBS:
+                value = F.knob_value(r, knob)
+                if value is None:
+                    continue
+                if knob in names:
+                    refused[(knob, value, spot)] = {
+                        "knob": knob, "value": value, **where, "run_id": _plain(r["run_id"]),
+                        "reason": str(reasons.get(knob, "not applied"))[:200]}
+                elif r["status"] != "failed":  # applied there
+                    refused[(knob, value, spot)] = None
+            config = {k: _plain(r[k]) for k in CONFIG_KEYS}
+            for k in set(CONFIG_KEYS) & set(INT_KEYS):  # (2.0 in a frame with a gap: 2)
+                config[k] = int(config[k]) if config[k] is not None else None
+            failed[(tuple(config.values()), spot)] = ({**config, **where,
+                                    "knob": _plain(r["failed_knob"]),
+                                    "run_id": _plain(r["run_id"]),
+                                    "error": str(_plain(r["error"]) or "")[:200]}
+                                   if r["status"] == "failed" else None)
+        entry["not_applied"] = [v for v in refused.values() if v]
+        entry["failed"] = [v for v in failed.values() if v]
         out.append(entry)
     return out
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import ModakError
-from ..models import Configuration, JobRequest, Prediction
+from ..models import Configuration, JobRequest, Prediction, Runtime
 from ..workload import key as workload_key, label as workload_label
 from . import features as F
 from .probe import target_figures
@@ -33,12 +33,7 @@ Z90 = 1.645            # two-sided 90% interval in log space
 MAX_UNSEEN_SIGMA = 0.5
 CONFIG_KEYS = F.CONFIG_KEYS
 MATCH_KEYS = CONFIG_KEYS + ["framework", "batch_size"]
-HOST_IMAGE = "host"  # the store's image of a run outside any container (results.record)
-# a knob (as the runtime names it) -> is it switched on in a configuration row?
-KNOB_ON = {"compiler": lambda r: r["compiler"] != "off",
-           "precision": lambda r: r["precision"] != "fp32",
-           "allocator": lambda r: r["allocator"] != "glibc",
-           "channels_last": lambda r: bool(int(r["channels_last"]))}
+HOST_IMAGE = F.HOST_IMAGE  # the store's image of a run outside any container
 
 
 class PredictError(Exception):
@@ -50,10 +45,13 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
                    ) -> list[dict[str, Any]]:
     """Store-shaped rows describing each candidate configuration of ``request``; the
     workload's columns come from its measured fingerprint (``workload``), when known, the
-    target's from its figures."""
+    target's from its figures, the image the one the run would be recorded in (the host's,
+    when the target runs no container)."""
     from ..catalogue import load_catalogue
+    from ..planner import choose_runtime
 
     cat = catalogue or load_catalogue()
+    on_host = choose_runtime(request) == Runtime.none
     app, target = request.application, request.target
     w = workload or {}
     acc = target.accelerators
@@ -64,6 +62,7 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
         framework = "keras" if variant.framework in ("keras", "tensorflow") else variant.framework
         rows.append({
             "workload": w.get("workload", "unknown"), "fingerprint": w.get("fingerprint"),
+            "image": HOST_IMAGE if on_host else c.image,
             "framework": framework,
             "trainable_parameters": w.get("trainable_parameters", float("nan")),
             "flops_per_step": w.get("flops_per_step", float("nan")),
@@ -201,22 +200,33 @@ class FastPredictor:
 
     def exclusions(self, request: JobRequest, configs: Sequence[Configuration]
                    ) -> list[Optional[str]]:
-        """Why a configuration must not be offered for this workload (None: it may): a knob
-        the runtime could not apply to it, or a configuration it failed under."""
+        """Why a configuration must not be offered for this workload here (None: it may):
+        a knob at the value the runtime refused to apply, or a configuration the workload
+        failed under, at this place (``features.same_place``: this target, this image; one
+        on the host says nothing of an image, which may well have the library the host
+        lacked: a wrong exclusion hides a configuration for good, a wrong offer costs one
+        run)."""
         w = self.workload(request)
         if not w:
             return [None] * len(configs)
+        refused = w.get("not_applied") or []
+        if isinstance(refused, dict):  # (a table of an older MODAK: knob -> reason)
+            refused = [{"knob": k, "reason": v} for k, v in refused.items()]
         out: list[Optional[str]] = []
         for row in candidate_rows(request, configs, workload=w):
-            why = None
-            for knob, reason in (w.get("not_applied") or {}).items():
-                if knob in KNOB_ON and KNOB_ON[knob](row):
-                    why = f"{knob} cannot be applied to this script: {reason}"
+            here, why = F.place(row), None
+            for r in refused:
+                value = F.knob_value(row, r["knob"]) if r["knob"] in F.KNOBS else None
+                if value is not None and r.get("value", value) == value \
+                        and F.same_place(r, here, host_for_all=False):
+                    why = f"{r['knob']}={value} was not applied to this script here: " \
+                          f"{r['reason']}"
                     break
             cfg = tuple(str(row[k]) for k in CONFIG_KEYS)
             for fail in w.get("failed") or []:
-                if why is None and tuple(str(fail[k]) for k in CONFIG_KEYS) == cfg:
-                    why = (f"failed when run ({fail.get('run_id') or 'a run'}"
+                if why is None and tuple(str(fail[k]) for k in CONFIG_KEYS) == cfg \
+                        and F.same_place(fail, here, host_for_all=False):
+                    why = (f"failed when run here ({fail.get('run_id') or 'a run'}"
                            + (f", under the knob {fail['knob']}" if fail.get("knob") else "")
                            + f"): {fail.get('error') or 'no reason recorded'}")
             out.append(why)
@@ -279,8 +289,8 @@ class FastPredictor:
             # image (the shipped campaigns ran on the host) stands for each, after a run
             # in this very image
             hit = sorted((m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key
-                          and m.get("image") in (None, HOST_IMAGE, cfg.image)),
-                         key=lambda m: m.get("image") != cfg.image)
+                          and F.same_place({"image": m.get("image")}, row)),
+                         key=lambda m: m.get("image") != row["image"])
             if hit:
                 m = hit[0]
                 out.append(Prediction(seconds=m["median"], low=m["min"], high=m["max"],

@@ -58,6 +58,7 @@ class ActionModule(ActionBase):
             # the target's measured figures (its infrastructure file's, else its probe's):
             # what the performance model describes the target by
             from modak_lib.models import Target
+            from modak_lib.perf.features import HOST_IMAGE
             from modak_lib.perf.probe import remember_job_probe, target_figures
             # (a job on a target whose figures were unknown measured them first)
             probed = remember_job_probe(Target(**target), text,
@@ -65,8 +66,10 @@ class ActionModule(ActionBase):
             if probed:
                 result["probed"] = probed
             figures = target_figures(Target(**target))
+            # a run outside any container ran in the host's environment, not the image's
+            image = HOST_IMAGE if plan.get("runtime") == "none" else plan["image"]["variant"]
             rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
-                                 image=plan["image"]["variant"], target=target["name"],
+                                 image=image, target=target["name"],
                                  accelerator=acc.get("model") or acc.get("vendor"),
                                  microarchitecture=target.get("microarchitecture"),
                                  cores=target.get("cores_per_node"), probe=figures)

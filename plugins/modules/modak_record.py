@@ -15,8 +15,10 @@ description:
   - Runs on the controller (an action plugin). Reads the figure-of-merit records (JSON objects
     with C(modak) set to C(fom), schema 2) that MODAK's runtime printed into the job's (fetched)
     output and appends them to the results store that the performance model reads, once per run.
+  - Each row names where the run ran, the target and the plan's image, or C(host) when the plan
+    runs no container (the job ran in the host's environment, not the image's).
   - A record of a failed run is stored too (with the knob it failed under), so that the planner
-    does not offer that configuration for that workload again.
+    does not offer that configuration for that workload on that target and image again.
   - A job that printed no figure of merit is a failed run (unless O(require=false)).
 options:
   output:

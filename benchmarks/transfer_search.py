@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/transfer_search.py [--data CSV ...]
         [--family F ...] [--target 2c] [--job-steps 5000] [--budget 0.1] [--repeats 3]
-        [--estimators linear,gbr]
+        [--estimators linear,gbr] [--trial-overhead 2.5]
 
 For each family (``benchmarks/families/``, batch variant 0) on one target of this machine:
 
@@ -13,7 +13,9 @@ For each family (``benchmarks/families/``, batch variant 0) on one target of thi
 2. **search**: the budgeted successive-halving search (``modak_lib.perf.search``) over the
    model's top three candidates and stock, with real short trials of the script through
    the runtime, within ``--budget`` of the job's expected time (``--job-steps`` at stock's
-   predicted speed);
+   predicted speed), its first round cut to the trials the budget affords as the deploy
+   cuts it (``--trial-overhead`` seconds a trial, here a Python process starting the
+   script, plus its steps at stock's predicted speed);
 3. **compare**, interleaved and repeated: stock, MODAK's final choice and the best
    configuration of the campaign's grid for that cell, each for ``--steps`` steps through the
    runtime, with the job time (warm-up + job steps x s/step) and the final loss.
@@ -75,6 +77,9 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--trial-overhead", type=float, default=2.5,
+                    help="seconds a trial costs besides its steps, for the first round's cut "
+                         "(the deploy's default, through the job path, is 10)")
     a = ap.parse_args()
     df = load_frame(None, extra=a.data)
     cores = tc.cores_of(a.target)
@@ -103,7 +108,8 @@ def main() -> int:
               f"{[label_of(c, cores) for c in ranked[:3]]}, budget {budget:.0f} s", flush=True)
         out = search(ranked[:3], stock, lambda c, n: trial(family, a.target, c, n, cores),
                      job_steps=a.job_steps, budget_s=budget, first_steps=8,
-                     budget_fraction=a.budget)
+                     budget_fraction=a.budget, trial_overhead_s=a.trial_overhead,
+                     s_per_step=per_step)
         best_label = cell.groupby("run_id")["s_per_step"].median().idxmin().split("/")[-1]
         compare = {"stock": stock, "chosen": out.chosen, "grid best": config_of(best_label,
                                                                                  cores)}

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Optional
 from modak_runtime import record
 
 from .paths import data_file
+from .perf.features import HOST_IMAGE
 from .errors import ModakError
 
 SHIPPED = Path(__file__).parent / "data" / "measurements.csv"
@@ -62,7 +63,7 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
         raise StoreError("a run that did not fail measured no step time (fewer than 2 steps?)")
     shape = rec.get("fingerprint", {}).get("input_shape") or []
     row.update(recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               source=source, run_id=run_id, repeat=repeat, image=image or "host",
+               source=source, run_id=run_id, repeat=repeat, image=image or HOST_IMAGE,
                target=target, accelerator=accelerator,
                image_size=shape[-2] if len(shape) >= 3 else None,
                raw=json.dumps(rec, sort_keys=True))

@@ -80,18 +80,23 @@ def place(row: dict[str, Any]) -> dict[str, Any]:
             "accelerator": _text(row.get("accelerator"), "") or None}
 
 
+def same_image(recorded: Optional[str], here: Optional[str], host_for_all=True) -> bool:
+    """Whether a run recorded in image ``recorded`` answers for one in ``here``: the same
+    image; with ``host_for_all``, a run outside any image stands for every image (a
+    measurement: the shipped campaigns ran on the host).  None (not recorded) matches any."""
+    return recorded is None or recorded == here or (host_for_all and recorded == HOST_IMAGE)
+
+
 def same_place(recorded: dict[str, Any], here: dict[str, Any], host_for_all=True) -> bool:
     """Whether what was recorded at ``recorded`` (a :func:`place`) answers for a run at
-    ``here``: the same target, and the same image; with ``host_for_all``, a run outside any
-    image stands for every image (a measurement: the shipped campaigns ran on the host).
-    A key ``recorded`` lacks (a record of an older MODAK) matches any."""
+    ``here``: the same target, and the same image (:func:`same_image`).  A key ``recorded``
+    lacks (a record of an older MODAK) matches any."""
     for k in PLACE_KEYS:
         if k not in recorded:
             continue
         mine, theirs = recorded[k], here.get(k)
         if k == "image":
-            if mine is not None and mine != theirs and not (host_for_all
-                                                            and mine == HOST_IMAGE):
+            if not same_image(mine, theirs, host_for_all):
                 return False
         elif k == "cores":
             if mine is not None and theirs is not None and float(mine) != float(theirs):

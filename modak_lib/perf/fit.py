@@ -638,12 +638,10 @@ def workload_table(df) -> list[dict[str, Any]]:
 
     d = df.copy()
     for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
-                "run_id", "recorded_at", *F.PLACE_KEYS, *F.WORKLOAD_FIGURES):
+                "run_id", "recorded_at", "raw", *F.PLACE_KEYS, *F.WORKLOAD_FIGURES):
         if col not in d:
             d[col] = None
     d["status"] = d["status"].fillna("ok")
-    if "raw" not in d:
-        d["raw"] = None
     # the latest word last (rows without a time, the oldest stores', first)
     d = d.iloc[d["recorded_at"].astype(str).where(d["recorded_at"].notna(), "")
                .argsort(kind="stable")]

@@ -33,7 +33,6 @@ Z90 = 1.645            # two-sided 90% interval in log space
 MAX_UNSEEN_SIGMA = 0.5
 CONFIG_KEYS = F.CONFIG_KEYS
 MATCH_KEYS = CONFIG_KEYS + ["framework", "batch_size"]
-HOST_IMAGE = F.HOST_IMAGE  # the store's image of a run outside any container
 
 
 class PredictError(Exception):
@@ -62,7 +61,7 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
         framework = "keras" if variant.framework in ("keras", "tensorflow") else variant.framework
         rows.append({
             "workload": w.get("workload", "unknown"), "fingerprint": w.get("fingerprint"),
-            "image": HOST_IMAGE if on_host else c.image,
+            "image": F.HOST_IMAGE if on_host else c.image,
             "framework": framework,
             "trainable_parameters": w.get("trainable_parameters", float("nan")),
             "flops_per_step": w.get("flops_per_step", float("nan")),
@@ -289,7 +288,7 @@ class FastPredictor:
             # image (the shipped campaigns ran on the host) stands for each, after a run
             # in this very image
             hit = sorted((m for m in same if tuple(str(m[k]) for k in MATCH_KEYS) == key
-                          and F.same_place({"image": m.get("image")}, row)),
+                          and F.same_image(m.get("image"), row["image"])),
                          key=lambda m: m.get("image") != row["image"])
             if hit:
                 m = hit[0]

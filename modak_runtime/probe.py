@@ -7,6 +7,11 @@ Measures, in about ``S`` seconds (default 8), with the threads and CPU features 
   else NumPy for fp32 only);
 - memory bandwidth, GB/s (a triad ``c = a + s*b`` on arrays far larger than the caches);
 
+on the job's GPU instead when PyTorch sees one (``torch.cuda.is_available()``: a training
+script then runs there): its products and its memory's triad, each timed to the GPU's end,
+with the time one small operation takes from the host's call to the GPU's end of it
+(``op_us``: what a step of many small operations pays per operation), and the GPU's name;
+
 and prints one JSON line ``{"modak": "probe", "schema": 1, ...}`` with the host's facts.
 The performance model uses these figures as the target's features, so that a target it has
 never measured is described by what it does, not by its name.
@@ -74,6 +79,45 @@ def _triad_numpy(np: Any, n: int, seconds: float) -> float:
     return _best_rate(triad, 4.0 * 4 * n, seconds) / 1e9  # b, c read; c written twice; a read
 
 
+def _best_rate_cuda(torch: Any, run: Callable[[], None], work: float, seconds: float,
+                    repeat: int = 1) -> float:
+    """:func:`_best_rate` of ``repeat`` calls of ``run`` on the GPU, each timed to its end."""
+    def timed() -> None:
+        for _step in range(repeat):
+            run()
+        torch.cuda.synchronize()
+    return _best_rate(timed, work * repeat, seconds)
+
+
+def _gpu(torch: Any, seconds: float) -> dict[str, Any]:
+    """The GPU's figures: fp32 and bf16 products (n = 8192, as the framework's defaults
+    run them: no TF32 for fp32 unless the job asks), a triad over 3 x 256 MB, and the
+    per-operation time of a one-element addition (host call to GPU end, 200 in a row)."""
+    dev = torch.device("cuda")
+    share = seconds / 4.0
+    out: dict[str, Any] = {"device": "cuda", "accelerator": torch.cuda.get_device_name(dev),
+                           "accelerator_count": torch.cuda.device_count()}
+    n = 8192
+    for dtype, key in ((torch.float32, "gflops_fp32"), (torch.bfloat16, "gflops_bf16")):
+        a = torch.randn(n, n, device=dev).to(dtype)
+        b = torch.randn(n, n, device=dev).to(dtype)
+        c = torch.empty(n, n, device=dev, dtype=dtype)
+        out[key] = round(_best_rate_cuda(torch, lambda: torch.mm(a, b, out=c), 2.0 * n ** 3,
+                                         share) / 1e9, 2)
+        del a, b, c
+    m = 64 * 1024 * 1024
+    x, y, z = (torch.rand(m, device=dev) for _vector in range(3))
+    out["bandwidth_gbs"] = round(_best_rate_cuda(
+        torch, lambda: torch.add(x, y, alpha=1.5, out=z), 3.0 * 4 * m, share, 10) / 1e9, 2)
+    del x, y, z
+    one = torch.zeros(1, device=dev)
+    ops = 200
+    rate = _best_rate_cuda(torch, lambda: one.add_(1.0), 1.0, share, ops)  # ops per second
+    out["op_us"] = round(1e6 / rate, 2)
+    torch.cuda.empty_cache()
+    return out
+
+
 def measure(seconds: float = 8.0) -> dict[str, Any]:
     """The probe's figures (``seconds``: its whole budget, shared by the measurements)."""
     started = time.perf_counter()
@@ -92,6 +136,11 @@ def measure(seconds: float = 8.0) -> dict[str, Any]:
         torch.set_num_threads(threads)
         out["library"] = f"torch {torch.__version__}"
         out["aten_capability"] = torch.backends.cpu.get_cpu_capability()
+        if torch.cuda.is_available():
+            out.update(_gpu(torch, seconds))
+            out["seconds"] = round(time.perf_counter() - started, 2)
+            return out
+        out["device"] = "cpu"
         out["gflops_fp32"] = round(_matmul_torch(torch, torch.float32, n_mm, share), 2)
         out["gflops_bf16"] = round(_matmul_torch(torch, torch.bfloat16, n_mm, share), 2)
         out["bandwidth_gbs"] = round(_triad_torch(torch, n_triad, share), 2)

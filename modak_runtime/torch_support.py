@@ -9,7 +9,9 @@ Nothing here changes the script's text.  When the script imports torch, the runt
   and, after the first step, ``torch.compile`` in place (the script's own reference to its
   model then runs compiled);
 * times each step of that optimizer with the global step post-hook, and reads the loss
-  (the scalar ``torch.autograd.backward`` is called on);
+  (the scalar ``torch.autograd.backward`` is called on); when the parameters are on a CUDA
+  GPU, a step ends when the GPU finishes it (a CUDA event recorded at each step's end,
+  read once at the end of the run: the script's own overlap of CPU and GPU is kept);
 * counts the first step's FLOPs with a dispatch mode (forward and backward), and the share
   of the forward FLOPs by the kind of module they ran in: the workload's fingerprint.
 
@@ -102,6 +104,7 @@ class _Torch:
         self.pending_loss = None
         self.counter = None
         self.roots: list = []
+        self.events: Optional[list] = None  # CUDA events, one per step end, on a GPU
         self.compile_mode: Optional[str] = None
         self.convention: Optional[str] = None
         self._patch()
@@ -166,6 +169,12 @@ class _Torch:
         fp.dtype = str(params[0].dtype).replace("torch.", "")
         device = params[0].device.type
         s.effect["device"] = device
+        if device == "cuda":
+            self.events = []
+            try:
+                s.effect["accelerator"] = torch.cuda.get_device_name(params[0].device)
+            except Exception:  # the name is a fact for the record, not a need
+                pass
         self.convention = next((CONVENTIONS[m] for m in CONVENTIONS if m in sys.modules), None)
         self.roots = self.trained_modules(params)
         names = ", ".join(sorted({type(m).__name__ for m in self.roots})) or "none"
@@ -262,7 +271,27 @@ class _Torch:
                 self._compile(root, None if mode == "default" else mode)
             s.applied_knob("compiler", f"torch.compile(mode={mode!r}) of "
                            f"{s.effect['trained_modules']} in place, after the first step")
+        if self.events is not None:
+            if not self.events:  # the first step's end on the GPU anchors the clock
+                self.torch.cuda.synchronize()
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            self.events.append(event)
         s.step_done()
+
+    def _gpu_clock(self) -> None:
+        """The step ends as the GPU reached them: the first step's (synchronised) end plus
+        the time between its event and each later one."""
+        s, events = self.s, self.events
+        if not events or len(events) != len(s.step_ends):
+            return
+        try:
+            self.torch.cuda.synchronize()
+            first = s.step_ends[0]
+            s.step_ends = [first + events[0].elapsed_time(e) / 1000.0 for e in events]
+            s.effect["step_clock"] = "cuda events"
+        except Exception as exc:  # a GPU in error: the host clock stands, and says so
+            s.effect["step_clock"] = f"host (cuda events unreadable: {str(exc)[:120]})"
 
     def _compile(self, root, mode: Optional[str]) -> None:
         """``Module.compile`` in place, but traced from a wrapper frame as ``torch.compile(m)``
@@ -278,6 +307,7 @@ class _Torch:
 
     def finish(self) -> None:
         s, torch = self.s, self.torch
+        self._gpu_clock()
         if self.counter is not None:
             self.counter.stop()
             self.counter = None
@@ -379,6 +409,15 @@ class _FlopCounter:
             # step, (time x batch) rows of them; twice that backward (inputs and weights)
             x, w_ih, w_hh = args[0], args[1], args[2]
             flops = 2.0 * x.shape[0] * x.shape[1] * (w_ih.numel() + w_hh.numel())
+            if name.endswith("backward"):
+                flops *= 2
+        elif name in ("_cudnn_rnn", "_cudnn_rnn_backward"):
+            # cuDNN's fused recurrent network (an LSTM or GRU on an NVIDIA GPU), all its
+            # layers in one call: the same count as oneDNN's, every layer's weight matrices
+            # (``args[1]``, biases aside) times the (time x batch) rows of the input
+            x, weights = args[0], args[1]
+            rows = x.numel() // x.shape[-1] if x.dim() else 0
+            flops = 2.0 * rows * sum(w.numel() for w in weights if w.dim() == 2)
             if name.endswith("backward"):
                 flops *= 2
         elif self.stack and self.stack[-1] == "norm":

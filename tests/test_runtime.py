@@ -211,6 +211,35 @@ def test_fingerprint_of_an_lstm_counts_its_recurrent_layers():
     assert fp["flops_per_step"] == pytest.approx(3 * (lstm + linear))
 
 
+def test_a_recurrent_network_on_the_gpu_counts_as_on_the_cpu():
+    """On an NVIDIA GPU the same LSTM runs as one cuDNN call for all its layers, which
+    torch's formulas lack too: counted as oneDNN's layers are, the fingerprint of a
+    workload does not depend on the device (a GPU run measured the GRU family at 1/15000 of
+    its FLOPs before).  The call is fed here as the dispatcher would feed it."""
+    torch = need("torch")
+    from modak_runtime.torch_support import _FlopCounter
+
+    counter = _FlopCounter(None, torch)
+    batch, time, inp, hidden = 4, 10, 16, 32
+    x = torch.zeros(time, batch, inp)
+    weights = [torch.zeros(4 * hidden, inp), torch.zeros(4 * hidden, hidden),
+               torch.zeros(4 * hidden), torch.zeros(4 * hidden),
+               torch.zeros(4 * hidden, hidden), torch.zeros(4 * hidden, hidden),
+               torch.zeros(4 * hidden), torch.zeros(4 * hidden)]
+    out = (torch.zeros(time, batch, hidden), torch.zeros(2, batch, hidden))
+    counter.stack = ["recurrent"]  # inside the LSTM module's forward
+    counter.count(torch.ops.aten._cudnn_rnn.default, (x, weights), {}, out)
+    forward = 2 * time * batch * (4 * hidden * inp + 3 * 4 * hidden * hidden)
+    assert counter.total == forward and counter.forward == {"recurrent": forward}
+    counter.in_backward = True
+    counter.count(torch.ops.aten._cudnn_rnn_backward.default, (x, weights), {}, (x,))
+    assert counter.total == 3 * forward  # backward: the inputs' and the weights' gradients
+    # batch-first, as a (batch, time, features) input: the same rows
+    first = _FlopCounter(None, torch)
+    first.count(torch.ops.aten._cudnn_rnn.default, (x.transpose(0, 1), weights), {}, out)
+    assert first.total == forward
+
+
 def test_fingerprint_finds_the_batch_inside_a_tuple_of_inputs():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "two_inputs.py", "3")

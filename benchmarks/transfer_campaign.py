@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
-        [--store PATH] [--csv modak_lib/data/transfer-campaign.csv] [--list]
+        [--config C ...] [--store PATH] [--merge STORE ...]
+        [--csv modak_lib/data/transfer-campaign.csv] [--list]
     .venv/bin/python benchmarks/transfer_campaign.py --refingerprint \
         --csv modak_lib/data/transfer-campaign.csv
 
@@ -14,13 +15,18 @@ the runtime times the steps after its warm-up).  The targets are what this machi
 - ``2c``: both cores;
 - ``1c``: one core (CPU affinity);
 - ``avx2``: both cores, with oneDNN and ATen capped at AVX2 (no AVX-512, no native bf16:
-  ``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``), named ``x86_64_v3``.
+  ``ONEDNN_MAX_CPU_ISA=AVX2``, ``ATEN_CPU_CAPABILITY=avx2``), named ``x86_64_v3``;
+- ``gpu``: on a machine with a CUDA GPU, the scripts train there (every core of the host
+  feeds it); the CPU targets hide it (``CUDA_VISIBLE_DEVICES=``), so that on such a machine
+  ``2c`` is its many-core CPU (its rows say how many cores).  The row's ``accelerator`` is
+  the GPU's model as the catalogue names it (``H100``), from the probe.
 
 Each target is probed first (``modak_runtime.probe``: its GFLOP/s and bandwidth, the
 features the model describes it by); the export describes each target of each machine
 (``boot_id``) by the median of its probes: another session's machine, a host of the same
 kind, is another target.  The configurations are a fraction of the full grid:
-stock, torch.compile, bf16, both, tcmalloc, and one thread where there are two.  A round
+stock, torch.compile, bf16, both, tcmalloc (where the machine has it), and one thread where
+there are two (not on the GPU).  A round
 runs every configuration of one (family, batch, target) cell once, in a shuffled order, so
 that load on this shared machine hits them alike.
 
@@ -31,6 +37,12 @@ another ``boot_id``, is another target and gets its own runs), so it can run in 
 ``--csv`` when that file exists (the committed campaign).  ``--csv`` then writes the
 store's campaign rows: MODAK ships that file (``modak_lib/data``), so that every model
 fit and ``modak model eval`` read it with the reference dataset.
+
+On a GPU machine (a node of the cluster, or a lent one) the campaign runs as here, into a
+store of its own, say ``--target gpu --store gpu.sqlite``; the CPU targets there are that
+machine's many cores.  Back here, ``--merge gpu.sqlite --csv
+modak_lib/data/transfer-campaign.csv`` runs nothing: it adds that store's campaign rows
+that this store lacks and writes the CSV.
 
 Repeats go where the model is uncertain: ``--uncertain N`` runs one more round of the N
 cells of this machine (of those selected by ``--family``/``--target``/``--variant``) whose
@@ -51,6 +63,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -88,11 +101,15 @@ FAMILIES: dict[str, tuple[str, list[list[str]]]] = {
 }
 
 # target -> (CPU affinity or None for all, environment, microarchitecture name)
+NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 TARGETS: dict[str, tuple[list[int] | None, dict[str, str], str | None]] = {
-    "2c": (None, {}, None),
-    "1c": ([0], {}, None),
-    "avx2": (None, {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}, "x86_64_v3"),
+    "2c": (None, NO_GPU, None),
+    "1c": ([0], NO_GPU, None),
+    "avx2": (None, {**NO_GPU, "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"},
+             "x86_64_v3"),
+    "gpu": (None, {}, None),
 }
+GPU_TARGETS = {"gpu"}
 
 # configuration label -> environment (threads=1 only where the target has more than one core)
 CONFIGS: dict[str, dict[str, str]] = {
@@ -111,7 +128,19 @@ def cores_of(target: str) -> int:
 
 
 def configs_for(target: str) -> list[str]:
-    return [c for c in CONFIGS if c != "threads=1" or cores_of(target) > 1]
+    return [c for c in CONFIGS
+            if not (c == "threads=1" and (cores_of(target) < 2 or target in GPU_TARGETS))
+            and not (c == "tcmalloc" and not os.path.exists(TCMALLOC))]
+
+
+def accelerator_model(probe: dict) -> str | None:
+    """The GPU's model as the catalogue and the infrastructure files name it (``H100`` of
+    ``NVIDIA H100 80GB HBM3``); None for a CPU target."""
+    name = probe.get("accelerator")
+    if not name:
+        return None
+    m = re.search(r"\b([A-Z]{1,3}\d{2,4}[A-Z]?)\b", name)
+    return m.group(1) if m else name
 
 
 def run_id(family: str, variant: int, target: str, config: str) -> str:
@@ -123,7 +152,8 @@ def run_one(family: str, variant: int, target: str, config: str, steps: int) -> 
     cpus, target_env, micro = TARGETS[target]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODAK_")}
     env.update(target_env, **CONFIGS[config], MODAK_MAX_STEPS=str(steps),
-               MODAK_WORKLOAD=family, PYTHONPATH=str(ROOT))
+               MODAK_WORKLOAD=family,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     if micro:
         env["MODAK_MICROARCHITECTURE"] = micro
 
@@ -214,6 +244,17 @@ def export(store: ResultsStore, path: Path) -> int:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
+    return len(rows)
+
+
+def merge(store: ResultsStore, other: Path) -> int:
+    """The campaign rows of another store (a run on another machine, such as a GPU node's,
+    whose store came back as a file) that this one lacks (by their raw record)."""
+    have = {r.get("raw") for r in store.rows()} if store.path.exists() else set()
+    rows = [{k: v for k, v in r.items() if k in COLUMNS} for r in ResultsStore(other).rows()
+            if r.get("source") == SOURCE and r.get("raw") not in have]
+    if rows:
+        store.append(rows)
     return len(rows)
 
 
@@ -322,6 +363,8 @@ def main() -> int:
     ap.add_argument("--family", action="append", choices=sorted(FAMILIES))
     ap.add_argument("--target", action="append", choices=sorted(TARGETS))
     ap.add_argument("--variant", action="append", type=int, choices=[0, 1])
+    ap.add_argument("--config", action="append", choices=list(CONFIGS),
+                    help="only these configurations (default: each the target takes)")
     ap.add_argument("--repeats", type=int, default=1)  # (or --uncertain N)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--minutes", type=float, default=0, help="start no run after so long")
@@ -331,6 +374,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--uncertain", type=int, metavar="N", default=0,
                     help="one more round of the N cells the model predicts worst")
+    ap.add_argument("--merge", action="append", default=[], metavar="STORE",
+                    help="run nothing: add the campaign rows of another store (another "
+                         "machine's, a GPU node's) to --store, then write --csv")
     ap.add_argument("--refingerprint", action="store_true",
                     help="only fill the fingerprint columns the --csv rows lack")
     ap.add_argument("--recount", action="append", default=[], choices=sorted(FAMILIES),
@@ -345,11 +391,21 @@ def main() -> int:
     store = ResultsStore(a.store)
     if a.csv and Path(a.csv).exists() and not done(store):
         seed(store, Path(a.csv))  # a fresh store goes on from the committed campaign
+    if a.merge:  # runs nothing: another machine's rows joined to this store (and the CSV)
+        for other in a.merge:
+            print(f"merged {merge(store, Path(other))} runs from {other}", flush=True)
+        if a.csv:
+            print(f"wrote {export(store, Path(a.csv))} rows to {a.csv}")
+        return 0
     rng = random.Random(a.seed)
     families = a.family or list(FAMILIES)
     targets = a.target or list(TARGETS)
     variants = a.variant or [0, 1]
     counts, broken = done(store, boot_id()), failed(store)
+
+    def configs(target: str) -> list[str]:
+        return [c for c in configs_for(target) if not a.config or c in a.config]
+
     # every cell once before any cell twice; variant 0 everywhere before variant 1
     cells = [(f, v, t) for rep in range(a.repeats) for v in variants for t in targets
              for f in families]
@@ -358,15 +414,15 @@ def main() -> int:
         scores = uncertainty(store, boot_id())
         ranked = sorted((c for c in dict.fromkeys(cells) if c in scores),
                         key=lambda c: -scores[c])[:a.uncertain]
-        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs_for(c[2]))
+        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs(c[2]))
                 for c in ranked}
         cells = ranked
         for c in ranked:
             print(f"  {c[0]} b{c[1]} {c[2]}: held-out error {scores[c]:.0%}, round {want[c]}")
-    left = [(f, v, t, c) for f, v, t in dict.fromkeys(cells) for c in configs_for(t)
+    left = [(f, v, t, c) for f, v, t in dict.fromkeys(cells) for c in configs(t)
             if counts.get(run_id(f, v, t, c), 0) < want[(f, v, t)]
             and run_id(f, v, t, c) not in broken]
-    print(f"{len(left)} runs left of {sum(len(configs_for(t)) for _, _, t in dict.fromkeys(cells))}"
+    print(f"{len(left)} runs left of {sum(len(configs(t)) for _, _, t in dict.fromkeys(cells))}"
           f" (repeats {a.repeats if not a.uncertain else 'one more round'})", flush=True)
     if a.list:
         for f, v, t, c in left:
@@ -375,7 +431,7 @@ def main() -> int:
     started = time.time()
     figures: dict[str, dict] = {}
     for f, v, t in dict.fromkeys(cells):
-        todo = [c for c in configs_for(t) if counts.get(run_id(f, v, t, c), 0) < want[(f, v, t)]
+        todo = [c for c in configs(t) if counts.get(run_id(f, v, t, c), 0) < want[(f, v, t)]
                 and run_id(f, v, t, c) not in broken]
         if not todo:
             continue
@@ -384,10 +440,18 @@ def main() -> int:
             break
         if t not in figures:
             figures[t] = p = probe(t)
-            print(f"== target {t}: fp32 {p['gflops_fp32']} GFLOP/s, bf16 {p['gflops_bf16']}, "
-                  f"{p['bandwidth_gbs']} GB/s", flush=True)
+            if t in GPU_TARGETS and not p.get("accelerator"):
+                print(f"== target {t}: no GPU here, skipped", flush=True)
+            else:
+                print(f"== target {t}: fp32 {p['gflops_fp32']} GFLOP/s, bf16 "
+                      f"{p['gflops_bf16']}, {p['bandwidth_gbs']} GB/s "
+                      f"{p.get('accelerator') or ''}", flush=True)
+        if t in GPU_TARGETS and not figures[t].get("accelerator"):
+            continue
         rng.shuffle(todo)
         for c in todo:
+            if a.minutes and time.time() - started > a.minutes * 60:
+                break
             t0 = time.perf_counter()
             try:
                 rec = run_one(f, v, t, c, a.steps)
@@ -398,6 +462,7 @@ def main() -> int:
             try:
                 row = row_from_fom(rec, source=SOURCE, run_id=rid, repeat=counts.get(rid, 0),
                                    image="host", target=t, probe=figures[t],
+                                   accelerator=accelerator_model(figures[t]),
                                    microarchitecture=TARGETS[t][2])
             except Exception as exc:  # a run that measured nothing
                 print(f"  {f} b{v} {t} {c}: not recorded ({exc})", flush=True)

@@ -693,6 +693,49 @@ def test_the_campaign_counts_each_machines_runs_for_itself(tmp_path):
         assert campaign.boot_id() == f.read().strip()
 
 
+def test_a_gpu_machines_campaign_joins_the_shipped_one_as_a_target_of_its_own(tmp_path):
+    """A campaign run on a GPU machine comes back as a store file; ``--merge`` adds its
+    rows once (a second merge adds none), and the model's data name its GPU target apart
+    from the same host's CPU.  The GPU target takes no thread-count configuration, and a
+    machine without tcmalloc none of tcmalloc."""
+    import importlib.util
+
+    import pandas as pd
+
+    from modak_lib.perf.fit import target_id
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
+    campaign = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(campaign)
+
+    def row(n, target, accelerator):
+        return {"recorded_at": f"2026-11-24T0{n}:00:00+00:00", "source": campaign.SOURCE,
+                "run_id": f"transfer/mlp/b1/{target}/stock", "workload": "mlp",
+                "framework": "pytorch", "compiler": "off", "allocator": "glibc",
+                "precision": "fp32", "channels_last": 0, "onednn": 1, "status": "ok",
+                "target": target, "boot_id": "gpu-node", "accelerator": accelerator,
+                "microarchitecture": "icelake", "cores": 16, "s_per_step": 0.01,
+                "raw": f"gpu node run {n}"}
+    theirs = ResultsStore(tmp_path / "gpu.sqlite")
+    theirs.append([row(1, "gpu", "H100"), row(2, "2c", None),
+                   {**row(3, "gpu", "H100"), "source": "deploy"}])  # not the campaign's
+    ours = ResultsStore(tmp_path / "here.sqlite")
+    ours.append([{**row(0, "2c", None), "boot_id": "here", "raw": "here run"}])
+    assert campaign.merge(ours, theirs.path) == 2
+    assert campaign.merge(ours, theirs.path) == 0
+    frame = pd.DataFrame(ours.rows())
+    assert sorted(target_id(frame)) == ["icelake/16 cores", "icelake/16 cores",
+                                        "icelake/16 cores + H100"]
+    assert campaign.accelerator_model({"accelerator": "NVIDIA H100 80GB HBM3"}) == "H100"
+    assert campaign.accelerator_model({"accelerator": "NVIDIA A100-SXM4-40GB"}) == "A100"
+    assert campaign.accelerator_model({}) is None
+    gpu = campaign.configs_for("gpu")
+    assert "threads=1" not in gpu and {"stock", "compile", "bf16", "compile+bf16"} <= set(gpu)
+    campaign.TCMALLOC = str(tmp_path / "no-such-libtcmalloc.so")
+    assert "tcmalloc" not in campaign.configs_for("2c")
+
+
 def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(tmp_path):
     """An installed MODAK fits its first model (the quick estimators) on the shipped datasets:
     the transfer campaign is among them, read once even when named again with --data, and

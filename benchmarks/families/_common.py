@@ -3,7 +3,9 @@
 Each family is an ordinary PyTorch script (its model, its synthetic data, its loop); this
 module only keeps them short.  The data are fixed by the seed, so that the
 losses of two configurations of one family can be compared (a knob that changes the
-result must show it)."""
+result must show it).  Like most users' scripts, they train on the GPU when the job has
+one (``torch.cuda.is_available()``), else on the CPU: the data are drawn on the CPU either
+way, so both devices see the same batches."""
 import argparse
 
 import torch
@@ -21,8 +23,17 @@ def arguments(description, batch=32, steps=30, **extra):
     return a
 
 
+def to_device(value, device):
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_device(v, device) for v in value)
+    return value.to(device)
+
+
 def train(model, batches, loss_fn, steps, lr):
     """``batches``: a list of (input, target) cycled through for ``steps`` steps."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    batches = [to_device(b, device) for b in batches]
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
     model.train()
     loss = None

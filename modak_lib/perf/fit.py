@@ -175,9 +175,15 @@ def usable(df):
 
 
 def target_id(df):
-    """A target as the model's data name it: microarchitecture / cores."""
-    return df["microarchitecture"].astype(str) + "/" + df["cores"].astype(float).astype(int) \
+    """A target as the model's data name it: microarchitecture / cores, and its GPU where
+    the job trained on one (``zen4/16 cores + H100``)."""
+    tid = df["microarchitecture"].astype(str) + "/" + df["cores"].astype(float).astype(int) \
         .astype(str) + " cores"
+    if "accelerator" not in df:
+        return tid
+    acc = df["accelerator"].astype(object)
+    gpu = acc.notna() & ~acc.astype(str).isin(["", "none", "None", "nan"])
+    return tid.where(~gpu, tid + " + " + acc.astype(str))
 
 
 def fingerprint(df) -> str:

@@ -627,3 +627,49 @@ def test_twenty_submitters_of_one_run_at_once_submit_one_job(frontend, tmp_path)
     subprocess.run(["scancel", *ids], capture_output=True)
     assert re.findall(r'"job_id": "(\d+)"', again.stdout) == list(ids), again.stdout
     assert '"submitted": false' in again.stdout
+
+
+def _dead(pid, wait_s=10):
+    for _ in range(int(wait_s * 4)):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def test_podmans_state_left_by_a_restart_is_reset_by_up(frontend):
+    """A restart kills every process but keeps /tmp, where rootless Podman's runroot says all
+    is alive: a container recorded as running with no conmon and no pause process left makes
+    every podman command of the user fail, until ``scripts/frontend up`` resets it."""
+    name = f"modak-stale-{uuid.uuid4().hex[:6]}"
+    run = _as_frontend_user(f"podman run -d --name {name} localhost/debian:bookworm sleep 600")
+    assert run.returncode == 0, run.stderr
+    try:
+        fmt = "{{.State.ConmonPid}} {{.State.Pid}}"
+        pids = [int(p) for p in _as_frontend_user(
+            f"podman inspect --format '{fmt}' {name}").stdout.split()]
+        pause = _pid(_as_frontend_user(
+            "echo /tmp/podman-run-$(id -u)/libpod/tmp/pause.pid").stdout.strip())
+        assert len(pids) == 2 and pause, (pids, pause)
+        for pid in (*pids, pause):  # what a restart does to them, and nothing to /tmp
+            os.kill(pid, 9)
+        assert all(_dead(pid) for pid in (*pids, pause))
+        broken = _as_frontend_user("podman ps -a")
+        assert broken.returncode != 0 and "system migrate" in broken.stderr, broken.stderr
+        up = subprocess.run([str(ROOT / "scripts/frontend"), "up"], capture_output=True,
+                            text=True, timeout=300)
+        assert up.returncode == 0, up.stderr
+        state = _as_frontend_user(f"podman inspect --format '{{{{.State.Status}}}}' {name}")
+        assert state.returncode == 0, state.stderr
+        assert state.stdout.strip() != "running", state.stdout  # exited, or stopping on its way
+        assert "podman system migrate" in up.stderr
+        # and up on a healthy podman leaves it be
+        again = subprocess.run([str(ROOT / "scripts/frontend"), "up"], capture_output=True,
+                               text=True, timeout=300)
+        assert again.returncode == 0 and "migrate" not in again.stderr, again.stderr
+        gone = _as_frontend_user(f"podman rm -f {name}")
+        assert gone.returncode == 0, gone.stderr
+    finally:
+        _as_frontend_user(f"podman rm -f {name}")

@@ -304,7 +304,10 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
                         str(fp.get(c)) == str(json.loads(r[c]) if c == "input_shape"
                                               else int(float(r[c])))
                         for c in SAME_WORKLOAD if r.get(c)):
-                    r.update(fingerprint="", **{c: "" for c in FINGERPRINT_COLUMNS})
+                    # (an accelerator's row keeps the operations its device dispatched: a
+                    # GPU runs a GRU as one fused call where the CPU runs it step by step)
+                    r.update(fingerprint="", **{c: "" for c in FINGERPRINT_COLUMNS
+                                                if c != "ops_per_step" or not r.get("accelerator")})
                 if r.get("fingerprint") and r["fingerprint"] != fp["fingerprint"]:
                     raise SystemExit(f"{family} b{variant}: the fingerprint is now "
                                      f"{fp['fingerprint']}, the CSV's rows have "

@@ -349,10 +349,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json({**rec, "cache": str(path), "target": target.name})
     if not args.quiet:
+        op = f", {rec['op_us']} us an operation" if rec.get("op_us") else ""
+        where = rec.get("accelerator") or f"{rec['threads']} threads"
         print(f"{target.name}: fp32 {rec['gflops_fp32']} GFLOP/s, bf16 "
-              f"{rec['gflops_bf16'] or '-'} GFLOP/s, memory {rec['bandwidth_gbs']} GB/s "
-              f"({rec['threads']} threads, {rec['library']}, {rec['seconds']} s); "
-              f"remembered in {path}")
+              f"{rec['gflops_bf16'] or '-'} GFLOP/s, memory {rec['bandwidth_gbs']} GB/s{op} "
+              f"({where}, {rec['library']}, {rec['seconds']} s); remembered in {path}")
     return 0
 
 

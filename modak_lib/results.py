@@ -19,7 +19,7 @@ from typing import Any, Iterable, Optional
 from modak_runtime import record
 
 from .paths import data_file
-from .perf.features import HOST_IMAGE
+from .perf.features import HOST_IMAGE, TARGET_FIGURES
 from .errors import ModakError
 
 SHIPPED = Path(__file__).parent / "data" / "measurements.csv"
@@ -73,7 +73,7 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
         row["cores"] = cores
     if row["threads"] is None:
         row["threads"] = row["cores"]
-    for key in ("gflops_fp32", "gflops_bf16", "bandwidth_gbs"):
+    for key in TARGET_FIGURES:
         value = (probe or {}).get(key)
         row[key] = float(value) if value else None
     return row

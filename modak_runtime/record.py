@@ -133,7 +133,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "accelerator": ("TEXT", None),
     # the target's measured figures (its probe: modak_runtime.probe), filled by the recorder
     "gflops_fp32": ("REAL", None), "gflops_bf16": ("REAL", None),
-    "bandwidth_gbs": ("REAL", None),
+    "bandwidth_gbs": ("REAL", None), "op_us": ("REAL", None),
     "steps": ("INTEGER", "metrics.steps"),
     "s_per_step": ("REAL", "metrics.s_per_step"), "steps_per_s": ("REAL", "metrics.steps_per_s"),
     "samples_per_s": ("REAL", "metrics.samples_per_s"), "compile_s": ("REAL", "metrics.warmup_s"),

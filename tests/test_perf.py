@@ -62,6 +62,20 @@ def test_the_baseline_adds_the_steps_memory_traffic_which_bf16_does_not_speed_up
     assert 1.0 < penalty({**slow, "elements_per_step": 1e9}) < 10.0
 
 
+def test_on_a_gpu_the_baseline_adds_the_operations_at_the_probes_time_each():
+    fp32 = {**ROW, "precision": "fp32", "threads": 2, "ops_per_step": 300}
+    # a CPU's probe has no time per operation: the count changes nothing there
+    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9))
+    # a GPU's does (its launches): 300 operations at 10 us are 3 ms on top of the arithmetic
+    gpu = {**fp32, "accelerator": "H100", "op_us": 10.0}
+    assert F.baseline(gpu) == pytest.approx(math.log(6.4e9 / 100e9 + 300 * 10e-6))
+    # a tiny step on a fast GPU is mostly its launches: twice the operations, ~twice the time
+    tiny = {**gpu, "flops_per_step": 1e6, "gflops_fp32": 50_000.0}
+    assert math.exp(F.baseline({**tiny, "ops_per_step": 600}) - F.baseline(tiny)) == (
+        pytest.approx(2.0, rel=1e-3))
+    assert F.baseline({**gpu, "ops_per_step": None}) == pytest.approx(F.baseline(fp32))
+
+
 def test_what_the_model_lacks_is_said():
     assert F.missing(ROW) == []
     lacking = F.missing({**ROW, "flops_per_step": None, "gflops_fp32": None})
@@ -111,3 +125,27 @@ def test_modak_probe_remembers_the_figures_for_the_planner(tmp_path, monkeypatch
     row = candidate_rows(req, [decide(req).chosen])[0]
     assert row["gflops_fp32"] == rec["gflops_fp32"]
     assert row["bandwidth_gbs"] == rec["bandwidth_gbs"]
+
+
+def test_a_gpu_probes_operation_time_reaches_the_planners_rows(tmp_path, monkeypatch):
+    """What a GPU's probe measured of one operation, kept per target, meets the workload's
+    operation count in the planner's rows: its baseline has the launches in it."""
+    from modak_lib.perf import probe as P
+    from modak_lib.perf.predictor import candidate_rows
+    from modak_lib.planner import decide
+    monkeypatch.setenv("MODAK_PROBES", str(tmp_path / "probes.json"))
+    target = {"name": "gpubox", "microarchitecture": "icelake", "cores_per_node": 16}
+    req = request(target=target)
+    rec = {"modak": "probe", "gflops_fp32": 51500.0, "gflops_bf16": 780000.0,
+           "bandwidth_gbs": 3000.0, "op_us": 7.0, "device": "cuda"}
+    P.remember(req.target, rec)
+    workload = {"workload": "w", "fingerprint": "fp-w", "trainable_parameters": 1e6,
+                "flops_per_step": 1e9, "elements_per_step": 1e6, "ops_per_step": 400,
+                "batch_size": 32}
+    row = candidate_rows(req, [decide(req).chosen], workload=workload)[0]
+    assert row["op_us"] == 7.0 and row["ops_per_step"] == 400
+    assert math.exp(F.baseline(row)) > 400 * 7e-6
+    # an infrastructure file's rates win, and the probe's operation time is still kept
+    given = request(target={**target, "peak_gflops": 40000.0, "memory_bandwidth_gbs": 2000.0})
+    assert P.target_figures(given.target) == {"gflops_fp32": 40000.0, "gflops_bf16": None,
+                                              "bandwidth_gbs": 2000.0, "op_us": 7.0}

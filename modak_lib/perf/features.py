@@ -17,7 +17,9 @@ The model does not learn seconds from nothing: it learns how far a step is from 
 **baseline** (:func:`baseline`), a roofline-like time at the rates the target's probe
 measured: the step's arithmetic at its GFLOP/s, with the precision and the threads the
 configuration gives it, plus the tensors the step writes (its fingerprint's elements per
-step) written and read back once at the measured bandwidth.  A target whose bf16 rate is
+step) written and read back once at the measured bandwidth; on a GPU, whose probe measures
+the time of one small operation, also the operations the step dispatches at that time each
+(its launch overhead: a small step on a fast GPU is mostly that).  A target whose bf16 rate is
 1/50 of its fp32 rate (no native bf16) makes the arithmetic of a bf16 configuration 50x
 slower at baseline before any data says so, but not its memory traffic: a step that is mostly
 traffic (embeddings, small layers) loses far less; a job given one thread of two gets half
@@ -33,7 +35,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 4  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 5  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 SHARES = ["conv", "linear", "attention", "recurrent", "norm"]  # (+ other = the rest)
@@ -46,9 +48,12 @@ NUMERIC = ["log_params", "log_flops_per_sample", "log_batch",
            "log_compute_s", "log_memory_s"]
 # the bounded numbers a knob's effect is allowed to depend on in the linear model
 CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
-TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs")
+# op_us: the time of one small operation, host call to device end (a GPU's probe measures
+# it; a CPU's leaves it out: there the operations' overhead is not a term of the baseline)
+TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs", "op_us")
 # the workload's figures from its fingerprint (besides its parameters and batch)
-WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", *(f"flops_{k}" for k in SHARES))
+WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step",
+                    *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
 # a configuration's knobs at their framework defaults (and its threads: all cores)
@@ -182,7 +187,9 @@ def baseline(row: dict[str, Any]) -> float:
     the matrix share of them (:data:`MATMUL`) at the bf16 rate under bf16, the rate scaled
     by the share of the cores the job's threads get; plus, when the fingerprint counted
     them, the elements the step writes (``elements_per_step``) at :data:`BYTES_PER_ELEMENT`
-    over the measured bandwidth.  NaN when a figure is missing (``missing`` says which)."""
+    over the measured bandwidth; plus, where the target's probe measured the time of one
+    operation (``op_us``: a GPU's), the operations the step dispatches (``ops_per_step``)
+    at that time each.  NaN when a figure is missing (``missing`` says which)."""
     flops, gflops = _float(row.get("flops_per_step")), _float(row.get("gflops_fp32"))
     if not (flops > 0 and gflops > 0):
         return math.nan
@@ -198,6 +205,9 @@ def baseline(row: dict[str, Any]) -> float:
     elements, bandwidth = _float(row.get("elements_per_step")), _float(row.get("bandwidth_gbs"))
     if elements > 0 and bandwidth > 0:
         seconds += elements * BYTES_PER_ELEMENT / (bandwidth * 1e9)
+    ops, op_us = _float(row.get("ops_per_step")), _float(row.get("op_us"))
+    if ops > 0 and op_us > 0:
+        seconds += ops * op_us * 1e-6
     return math.log(seconds)
 
 

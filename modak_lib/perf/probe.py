@@ -57,13 +57,14 @@ def cached(target: Any, image: Optional[str] = None) -> Optional[dict[str, Any]]
 
 def target_figures(target: Any) -> dict[str, Optional[float]]:
     """The target's figures: its infrastructure file's (``peak_gflops``,
-    ``peak_gflops_bf16``, ``memory_bandwidth_gbs``), else its cached probe's."""
+    ``peak_gflops_bf16``, ``memory_bandwidth_gbs``), else its cached probe's; the time of
+    one operation (``op_us``, a GPU's) always the probe's."""
     given = {"gflops_fp32": target.peak_gflops, "gflops_bf16": target.peak_gflops_bf16,
-             "bandwidth_gbs": target.memory_bandwidth_gbs}
-    if given["gflops_fp32"] and given["bandwidth_gbs"]:
-        return given
+             "bandwidth_gbs": target.memory_bandwidth_gbs, "op_us": None}
     rec = cached(target) or {}
-    return {k: given[k] or (float(rec[k]) if rec.get(k) else None) for k in TARGET_FIGURES}
+    if given["gflops_fp32"] and given["bandwidth_gbs"]:  # the file's rates, not mixed with a
+        rec = {"op_us": rec.get("op_us")}               # probe's (its operation time kept)
+    return {k: given.get(k) or (float(rec[k]) if rec.get(k) else None) for k in TARGET_FIGURES}
 
 
 def remember(target: Any, record: dict[str, Any], image: str = "host") -> Path:

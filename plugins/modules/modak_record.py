@@ -106,7 +106,8 @@ fingerprint:
   type: str
 probed:
   description:
-    - The target's figures (gflops_fp32, gflops_bf16, bandwidth_gbs) that the job measured
+    - The target's figures (gflops_fp32, gflops_bf16, bandwidth_gbs; on a GPU also op_us, the
+      time of one small operation) that the job measured
       first, because they were not known; they are remembered for the target and its image
       and describe it to the performance model from then on.
   returned: when the job probed its target

@@ -156,11 +156,19 @@ CASES = {
                          ["--infra", "infra.yaml"], R, "values once"),
     "alias-count": ({"bp.yaml": blueprint() + "x: &x 1\ny: [" + ",".join(["*x"] * 2000) + "]\n"},
                     [], R, "YAML aliases"),
-    "merge-bomb-blueprint": ({"bp.yaml": blueprint() + merge_bomb()}, [], R, "merge keys"),
+    # PyYAML before 6.0.4 repeats a merged key once per path to it (2^40 pairs here), and
+    # MODAK refuses that; 6.0.4 merges each key once, so the file is small and meets the
+    # ordinary checks: either way, a one-line refusal in bounded time and memory
+    "merge-bomb-blueprint": ({"bp.yaml": blueprint() + merge_bomb()}, [], R,
+                             ("merge keys", 'unknown field "m0"')),
     "merge-bomb-inputs": ({"bp.yaml": blueprint(), "in.yaml": merge_bomb()},
-                          ["--inputs", "in.yaml"], R, "merge keys"),
+                          ["--inputs", "in.yaml"], R, ("merge keys", "no input named 'm0'")),
     "merge-bomb-infra": ({"bp.yaml": blueprint(), "infra.yaml": merge_bomb()},
-                         ["--infra", "infra.yaml"], R, "merge keys"),
+                         ["--infra", "infra.yaml"], R, ("merge keys", "m0: unknown key")),
+    "inputs-undeclared": ({"bp.yaml": blueprint(), "in.yaml": "stepz: '5'\n"},
+                          ["--inputs", "in.yaml"], R,
+                          "topology_template.inputs: no input named 'stepz' (given as an input; "
+                          "the blueprint declares: steps)"),
     "deep-yaml": ({"bp.yaml": blueprint() + deep_yaml()}, [], R, "nested"),
     "deep-json-dsl": ({"r.json": "[" * 5000 + "]" * 5000}, [], R, "nested"),
     "deep-inputs": ({"bp.yaml": blueprint(), "in.yaml": deep_yaml(200)},
@@ -311,7 +319,8 @@ def test_hostile_input(name, tmp_path, capsys, monkeypatch):
         assert all(line.startswith("modak: error: ") and len(line) < 1200
                    for line in stderr.splitlines())
         if message:
-            assert message in stderr
+            assert any(m in stderr for m in (
+                message if isinstance(message, tuple) else (message,))), stderr
         assert not (out.is_dir() and not out.is_symlink() and
                     [p for p in out.iterdir() if not p.is_symlink()])
     else:

@@ -134,6 +134,14 @@ def check_imports(doc: Any, path: Path, root: Path | None = None,
 
 class _Inputs:
     def __init__(self, template: Any, given: dict[str, Any], source: str):
+        declared = [i.name for i in template.inputs]
+        unknown = [str(k) for k in given if k not in declared]
+        if unknown:  # a misspelt input would otherwise leave its default in place unsaid
+            more = f" and {len(unknown) - 1} more" if len(unknown) > 1 else ""
+            names = ", ".join(declared[:20]) + (", ..." if len(declared) > 20 else "")
+            raise InputError([("topology_template.inputs",
+                               f"no input named {unknown[0][:100]!r}{more} (given as an input; "
+                               f"the blueprint declares: {names or 'none'})")], source)
         self.values = {i.name: i.default for i in template.inputs if i.default is not None}
         self.values.update(given)
         self.source = source

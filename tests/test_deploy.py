@@ -545,16 +545,22 @@ def _pid(path):
         return None
 
 
+def _dead(pid, wait_s=10):
+    """Whether process ``pid`` is gone within ``wait_s``."""
+    for _ in range(int(wait_s * 4)):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            return True
+        time.sleep(0.25)
+    return False
+
+
 def _stop(pid_file):
     pid = _pid(pid_file)
     if pid:
         os.kill(pid, 15)
-        for _ in range(40):
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.25)
+        _dead(pid)
 
 
 def test_a_scheduler_outage_and_an_ssh_drop_during_the_wait_end_in_the_real_state(deploy):
@@ -627,16 +633,6 @@ def test_twenty_submitters_of_one_run_at_once_submit_one_job(frontend, tmp_path)
     subprocess.run(["scancel", *ids], capture_output=True)
     assert re.findall(r'"job_id": "(\d+)"', again.stdout) == list(ids), again.stdout
     assert '"submitted": false' in again.stdout
-
-
-def _dead(pid, wait_s=10):
-    for _ in range(int(wait_s * 4)):
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return True
-        time.sleep(0.25)
-    return False
 
 
 def test_podmans_state_left_by_a_restart_is_reset_by_up(frontend):

@@ -64,7 +64,7 @@ def target_figures(target: Any) -> dict[str, Optional[float]]:
     rec = cached(target) or {}
     if given["gflops_fp32"] and given["bandwidth_gbs"]:  # the file's rates, not mixed with a
         rec = {"op_us": rec.get("op_us")}               # probe's (its operation time kept)
-    return {k: given.get(k) or (float(rec[k]) if rec.get(k) else None) for k in TARGET_FIGURES}
+    return {k: given[k] or (float(rec[k]) if rec.get(k) else None) for k in TARGET_FIGURES}
 
 
 def remember(target: Any, record: dict[str, Any], image: str = "host") -> Path:

@@ -324,11 +324,37 @@ class _Torch:
                 graphs = -1
             s.effect["compiled"] = graphs > 0
             s.effect["compiled_graphs"] = graphs
+            skipped = dynamo_skipped()
             if graphs == 0 and s.status != "failed":  # a failed compile stays applied
                 s.applied.pop("compiler", None)
-                s.refuse("compiler", "compiled, but the module never ran after the first step")
+                s.refuse("compiler", f"torch.compile traced no graph of it: {skipped}"
+                         if skipped else "compiled, but the module never ran after the first step")
+            elif skipped:  # some of it compiled, the rest ran eagerly
+                s.effect["compile_skipped"] = skipped
         else:
             s.effect.setdefault("compiled", False)
+
+
+def dynamo_skipped() -> Optional[str]:
+    """What ``torch.compile`` left eager, in Dynamo's own words (None: nothing).  Dynamo
+    gives up on a frame it cannot trace and runs the whole frame eagerly (a forward that
+    calls ``nn.GRU``, ``nn.LSTM`` or ``nn.RNN``, which it does not trace unless told to,
+    compiles nothing), or breaks the graph there and runs that part eagerly."""
+    try:
+        from torch._dynamo.utils import counters
+        found = [(how, str(k)) for key, how in (("unimplemented", "skipped a frame"),
+                                                ("graph_break", "ran a part eagerly"))
+                 for k in counters.get(key, {})]
+    except Exception:
+        found = []
+    if not found:
+        return None
+    how, first = found[0]
+    lines = [line.strip() for line in first.splitlines() if line.strip()]
+    why = next((line.partition(":")[2].strip() for line in lines[1:]
+                if line.startswith("Explanation:")), "")
+    text = f"Dynamo {how} ({lines[0]}{': ' + why if why else ''})"
+    return text if len(text) <= 240 else text[:237] + "..."
 
 
 class _FlopCounter:

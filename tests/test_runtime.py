@@ -98,6 +98,30 @@ def test_bf16_and_compile_are_in_effect_on_a_plain_pytorch_script():
     assert rec["metrics"]["warmup_steps"] >= 2 and rec["metrics"]["warmup_s"] > 0.5
 
 
+def test_what_the_compiler_left_eager_is_said_in_dynamos_words():
+    """Dynamo does not trace nn.LSTM/GRU/RNN: a forward that calls one compiles nothing, and
+    the record must say so and why (it said "the module never ran after the first step");
+    where a second trained module did compile, the record says what ran eagerly."""
+    need("torch")
+    rc, _, rec, err = run(SCRIPTS / "lstm_tagger.py", "--steps", "4",
+                          env={"MODAK_TORCH_COMPILE": "default"})
+    assert rc == 0, err
+    assert rec["effect"]["compiled"] is False and rec["effect"]["compiled_graphs"] == 0
+    assert "compiler" not in rec["applied"]
+    why = rec["not_applied"]["compiler"]
+    assert why.startswith("torch.compile traced no graph of it: Dynamo") and "LSTM" in why, why
+    assert len(why) <= 240
+
+    rc, _, rec, err = run(SCRIPTS / "tiny_lstm.py", env={"MODAK_TORCH_COMPILE": "default"})
+    assert rc == 0, err  # two trained modules: the head compiled, the LSTM did not
+    assert rec["effect"]["compiled"] is True and "compiler" in rec["applied"]
+    assert "LSTM" in rec["effect"]["compile_skipped"], rec["effect"]
+
+    rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_TORCH_COMPILE": "default"})
+    assert rc == 0, err  # nothing left eager: nothing said
+    assert rec["effect"]["compiled"] is True and "compile_skipped" not in rec["effect"]
+
+
 def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_CHANNELS_LAST": "1",

@@ -325,6 +325,13 @@ def eval_lines(result: dict, table_lines) -> list[str]:
                    f"its configuration's other runs ({rep['configurations']} configurations "
                    "measured twice or more, stock left out): the scatter the measured medians "
                    "carry")
+    rep = result.get("reproducibility")
+    if rep and rep["configurations"]:
+        out.append(f"reproducibility across machines: {pct(rep['mape'])} MAPE of a "
+                   "configuration's time on like machines (the same CPU, cores and GPU; "
+                   f"{rep['configurations']} configurations on {rep['targets']} targets), each "
+                   "machine's speed taken out by the other families' runs, against its best "
+                   "single value: what the target's description does not carry")
     if result.get("estimators"):
         out.append("")
         rows = [[name, *(pct(v.get(how, float("nan"))) for how in ("loco", "lowo", "loto"))]

@@ -601,6 +601,38 @@ def test_the_evaluation_says_how_far_the_measurements_scatter_themselves():
     assert rep["mape"] == pytest.approx((0.25 / 1.25 * 2 + 0.5) / 3)
 
 
+def test_the_evaluation_says_how_far_a_workload_scatters_between_like_machines():
+    """``reproducibility``: each machine's speed taken out by the *other* families' runs,
+    a configuration measured on two like machines is judged against its best single value.
+    Machine M2 runs everything 2x slower, family f1 2.4x: f1's two times, so adjusted, are
+    1.2 apart, whose best single value (least MAPE) is the faster one: errors 0 and 1/6;
+    the other families are exact (the median over the other families ignores f1's factor).
+    A target measured on one machine only, a configuration measured on one machine only,
+    and a family with no other to take the machines' factor from count for nothing."""
+    def run(family, machine_gflops, steady, target="t", precision="fp32"):
+        return {"workload": family, "framework": "pytorch", "batch_size": 32,
+                "image_size": None, "compiler": "off", "threads": 2, "allocator": "glibc",
+                "precision": precision, "channels_last": 0, "onednn": 1, "target": target,
+                "gflops_fp32": machine_gflops, "gflops_bf16": None, "bandwidth_gbs": 30.0,
+                "op_us": None, "steady": steady}
+    rows = []
+    for f, base in (("f1", 1.0), ("f2", 3.0), ("f3", 5.0), ("f4", 7.0)):
+        rows += [run(f, 100.0, base), run(f, 100.0, base * 1.1),  # median: 1.05 base
+                 run(f, 110.0, base * 1.05 * (2.4 if f == "f1" else 2.0))]
+    rows += [run("f1", 100.0, 1.0, precision="bf16"),  # on M1 only
+             run("f1", 100.0, 9.0, target="u"), run("f2", 100.0, 9.0, target="u")]
+    rep = ev.reproducibility(pd.DataFrame(rows))
+    assert rep["configurations"] == 4 and rep["targets"] == 1
+    assert rep["mape"] == pytest.approx((1 / 6) / 8)
+    # the same factor for every family: no scatter
+    even = pd.DataFrame([r for r in rows if r["workload"] != "f1"])
+    assert ev.reproducibility(even)["mape"] == pytest.approx(0.0)
+    alone = pd.DataFrame([r for r in rows if r["workload"] == "f2"])
+    assert ev.reproducibility(alone)["configurations"] == 0
+    # the best single value: the weighted median that minimises the mean relative error
+    assert ev._least_mape([1.0, 2.0]) == 1.0 and ev._least_mape([1.0, 1.1, 5.0]) == 1.1
+
+
 def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_path):
     """``transfer_campaign.py --uncertain N`` ranks the cells by the model's held-out error:
     a cell where one configuration ran 4x slower than anything else shows (an effect no

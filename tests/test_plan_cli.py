@@ -224,6 +224,9 @@ def test_json_from_every_command_that_prints_data(capsys):
     assert {"mobile-cnn", "gru", "transformer-lm"} <= {w["workload"] for w in data["per_family"]}
     assert data["estimators"]["gbr-split"]["lowo"] < data["estimators"]["linear"]["lowo"]
     assert all(0 <= w["mape_loco"] < 10 for w in data["per_family"])
+    # the shipped campaign measured its CPU targets on two machines each: their scatter
+    rep = data["reproducibility"]
+    assert rep["configurations"] > 50 and rep["targets"] >= 3 and 0 < rep["mape"] < 0.5
 
 
 def test_the_same_request_planned_again_into_its_folder_is_the_same_run(tmp_path, capsys):

@@ -17,7 +17,9 @@ first run (the budgeted search's stock trial) measured it; MAPE then on the othe
 configurations.  And the decisions those predictions make: for every (workload, batch, target) measured with
 two or more configurations, the configuration the held-out model ranks fastest against the
 best measured one (regret) and against stock (speed-up).  The seed paper's linear model and
-the non-linear estimators are compared the same way.
+the non-linear estimators are compared the same way.  Beside them, how far the data scatter:
+within one machine (:func:`repeatability`) and between like machines
+(:func:`reproducibility`).
 """
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ from typing import Any
 
 from .features import TARGET_FIGURES
 from .fit import (CONFIG_KEYS, ESTIMATORS, LOCO_FOLDS, TARGET_KEYS, ModelError,
-                  config_groups, groups_of, held_out_predictions, mape, recorded_times, stock_mask,
-                  target_id, training_frame, usable)
+                  config_groups, groups_of, held_out_predictions, mape, recorded_times,
+                  row_labels, stock_mask, target_id, training_frame, usable)
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 # held out, then told the one stock run of the cell (what the budgeted search measures first
@@ -142,7 +144,7 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
     return {"estimator": estimator, "overall": overall, "per_family": summary("workload"),
             "per_target": summary("target"), "decisions": decisions, "configurations": cfg,
             "estimators": estimators, "rows": int(len(df)),
-            "repeatability": repeatability(df)}
+            "repeatability": repeatability(df), "reproducibility": reproducibility(df)}
 
 
 def repeatability(df) -> dict[str, Any]:
@@ -165,6 +167,71 @@ def repeatability(df) -> dict[str, Any]:
             errors.append(abs(times[i] - rest) / rest)
     return {"mape": float(np.mean(errors)) if errors else float("nan"),
             "configurations": repeated}
+
+
+def reproducibility(df) -> dict[str, Any]:
+    """How far a configuration's time scatters between like machines (the same nominal
+    target: CPU, cores and GPU; a machine: the figures its probe measured, as in
+    ``fit.TARGET_KEYS``), once each machine's own speed is taken out: the machines'
+    factors are estimated from the **other** families' medians (median polish of
+    configuration and machine, ``fit._polish``), and each configuration measured on two or
+    more machines is judged against its best single value (the one of least MAPE over
+    those machines).
+
+    That is what a model that gives like machines one prediction, and knows the workload
+    perfectly, still misses: the part of a workload's speed that the target's description
+    does not carry.  Beside ``repeatability`` (the scatter within one machine), it says how
+    much of a held-out error the data themselves explain."""
+    import numpy as np
+
+    from .fit import _polish
+
+    machine_keys = [k for k in TARGET_FIGURES if k in df]
+    out = {"mape": float("nan"), "configurations": 0, "targets": 0}
+    if not machine_keys or df.empty:
+        return out
+    d = df.assign(_machine=row_labels(df, machine_keys))
+    keys = ["workload", "framework", "batch_size", "image_size", *CONFIG_KEYS]
+    med = (d.groupby(["target", "_machine", *keys], dropna=False)["steady"].median()
+           .reset_index())
+    med["_config"] = row_labels(med, keys).to_numpy()
+    errors, targets = [], set()
+    for target, g in med.groupby("target", dropna=False):
+        machines = g["_machine"].to_numpy()
+        if len(set(machines)) < 2:
+            continue
+        index = {m: i for i, m in enumerate(sorted(set(machines)))}
+        rounds = np.array([index[m] for m in machines])
+        y, configs = np.log(g["steady"].to_numpy(dtype=float)), g["_config"].to_numpy()
+        family = g["workload"].astype(str).to_numpy()
+        for w in set(family):
+            mine, others = family == w, family != w
+            effect = np.full(len(index), np.nan)
+            seen = np.unique(rounds[others])
+            if len(seen) < 2:
+                continue
+            effect[rounds[others]] = _polish(y[others], configs[others], rounds[others])
+            for c in set(configs[mine]):
+                rows = mine & (configs == c) & ~np.isnan(effect[rounds])
+                if rows.sum() < 2:
+                    continue
+                times = np.exp(y[rows] - effect[rounds[rows]])
+                best = _least_mape(times)
+                errors += list(np.abs(best / times - 1))
+                targets.add(str(target))
+                out["configurations"] += 1
+    out.update(mape=float(np.mean(errors)) if errors else float("nan"), targets=len(targets))
+    return out
+
+
+def _least_mape(values):
+    """The single value of least mean |p / v - 1| over ``values``: their median weighted
+    by 1 / v (the sum is piecewise linear in p, with slopes changing by 2 / v at each v)."""
+    import numpy as np
+
+    v = np.sort(np.asarray(values, dtype=float))
+    weights = np.cumsum(1.0 / v)
+    return float(v[np.searchsorted(weights, weights[-1] / 2.0)])
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,10 @@ def run_id(family: str, variant: int, target: str, config: str) -> str:
     return f"transfer/{family}/b{variant}/{target}/{config}"
 
 
-def run_one(family: str, variant: int, target: str, config: str, steps: int) -> dict:
+def run_one(family: str, variant: int, target: str, config: str, steps: int,
+            seconds: float | None = None) -> dict:
+    """One run through the runtime, capped at ``steps`` (and at ``seconds``: a search's
+    trial); its figure-of-merit record."""
     script, variants = FAMILIES[family]
     cpus, target_env, micro = TARGETS[target]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODAK_")}
@@ -156,6 +159,8 @@ def run_one(family: str, variant: int, target: str, config: str, steps: int) -> 
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     if micro:
         env["MODAK_MICROARCHITECTURE"] = micro
+    if seconds:
+        env["MODAK_MAX_SECONDS"] = f"{seconds:g}"
 
     def pin() -> None:
         if cpus:

@@ -57,10 +57,12 @@ def label_of(c: Configuration, cores: int) -> str:
     return next(k for k in tc.CONFIGS if config_of(k, cores) == c)
 
 
-def trial(family: str, target: str, c: Configuration, steps: int, cores: int) -> Trial:
-    rec = tc.run_one(family, 0, target, label_of(c, cores), steps)
+def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
+          seconds: float | None) -> Trial:
+    rec = tc.run_one(family, 0, target, label_of(c, cores), steps, seconds)
     m = rec["metrics"]
-    failed = None if rec["status"] != "failed" else (rec.get("error") or {}).get("message")
+    failed = None if rec["status"] != "failed" and m.get("s_per_step") else \
+        (rec.get("error") or {}).get("message") or rec["status"]
     return Trial(c, int(m.get("steps") or steps), m.get("s_per_step"),
                  float(m.get("warmup_s") or 0.0), float(m.get("wall_s") or 0.0),
                  m.get("final_loss"), failed)
@@ -106,7 +108,7 @@ def main() -> int:
         print(f"== {family}: the {model.name} model (held-out families' MAPE "
               f"{model.card.held_out_mape.get(model.name, float('nan')):.0%}) ranks "
               f"{[label_of(c, cores) for c in ranked[:3]]}, budget {budget:.0f} s", flush=True)
-        out = search(ranked[:3], stock, lambda c, n: trial(family, a.target, c, n, cores),
+        out = search(ranked[:3], stock, lambda c, n, cap: trial(family, a.target, c, n, cores, cap),
                      job_steps=a.job_steps, budget_s=budget, first_steps=8,
                      budget_fraction=a.budget, trial_overhead_s=a.trial_overhead,
                      s_per_step=per_step)

@@ -43,6 +43,17 @@ def default_path() -> Path:
     return data_file("MODAK_RESULTS", "results.sqlite")
 
 
+def kept(rec: dict[str, Any]) -> bool:
+    """Whether the store keeps a figure-of-merit record: a run that measured a step time,
+    or one that failed (kept so that its configuration is not offered there again).  A
+    trial stopped at its time cap before it measured a step time (``error`` type
+    ``TimeCap``: a compiler still compiling) is neither: its configuration did not fail,
+    and there is nothing to learn from."""
+    if rec.get("status") == "failed":
+        return True
+    return bool(((rec.get("metrics") or {}).get("s_per_step") or 0) > 0)
+
+
 def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = None,
                  repeat: Optional[int] = None, image: Optional[str] = None,
                  target: Optional[str] = None, accelerator: Optional[str] = None,

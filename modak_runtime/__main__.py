@@ -90,12 +90,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         sys.path[0] = os.getcwd()
     status, error, code = "ok", None, 0
     try:
-        if module is None:
-            runpy.run_path(target, run_name="__main__")
-        else:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        session.arm_time_cap()
+        try:
+            if module is None:
+                runpy.run_path(target, run_name="__main__")
+            else:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+        finally:
+            session.disarm_time_cap()
     except StopTrial:
         status = "capped"
+        error = session.time_cap_error()
     except SystemExit as exc:
         if exc.code not in (None, 0):
             code = exc.code if isinstance(exc.code, int) else 1

@@ -7,8 +7,9 @@ performance model reads those columns.  No other file lists these fields.
 A record says what was asked (``config``), what happened (``status``, ``effect``,
 ``knobs``), how fast (``metrics``), what the workload is (``fingerprint``) and where it ran
 (``host``).  Status ``ok`` is a complete run, ``capped`` a run stopped by the trial cap
-(``MODAK_MAX_STEPS``, complete as a measurement), ``failed`` a run that raised or exited
-non-zero (``error`` says why, and which knob it is blamed on, if any).
+(``MODAK_MAX_STEPS``, or its time cap ``MODAK_MAX_SECONDS``; complete as a measurement when
+it measured a step time, else ``error`` says so, type ``TimeCap``), ``failed`` a run that
+raised or exited non-zero (``error`` says why, and which knob it is blamed on, if any).
 """
 from __future__ import annotations
 

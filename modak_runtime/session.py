@@ -1,9 +1,11 @@
 """One measured run: the knobs asked for, the step clock, the losses, what was in effect."""
 from __future__ import annotations
 
+import math
 import os
 import platform
 import resource
+import signal
 import statistics
 import time
 from typing import Any, Optional
@@ -17,8 +19,8 @@ ALLOCATOR_LIBS = {"tcmalloc": "libtcmalloc", "jemalloc": "libjemalloc"}
 
 
 class StopTrial(BaseException):
-    """Raised from a step hook when the trial cap is reached (not an Exception: scripts'
-    ``except Exception`` blocks must not swallow it)."""
+    """Raised from a step hook when the trial cap is reached, or from the time cap's alarm
+    (not an Exception: scripts' ``except Exception`` blocks must not swallow it)."""
 
 
 def _env(name: str) -> Optional[str]:
@@ -27,15 +29,26 @@ def _env(name: str) -> Optional[str]:
 
 
 def _int_env(name: str) -> Optional[int]:
+    """A whole number of at least 1 (a count of steps, of threads), or None when unset."""
+    return _number_env(name, int, "a whole number", lambda n: n >= 1, "at least 1")
+
+
+def _seconds_env(name: str) -> Optional[float]:
+    """A positive, finite number of seconds, or None when unset."""
+    return _number_env(name, float, "a number of seconds",
+                       lambda n: math.isfinite(n) and n > 0, "a positive number of seconds")
+
+
+def _number_env(name: str, kind, what: str, fits, bound: str):
     value = _env(name)
     if value is None:
         return None
     try:
-        number = int(value)
+        number = kind(value)
     except ValueError:
-        raise SystemExit(f"modak_runtime: {name}={value!r} is not a whole number") from None
-    if number < 1:
-        raise SystemExit(f"modak_runtime: {name}={value!r} must be at least 1")
+        raise SystemExit(f"modak_runtime: {name}={value!r} is not {what}") from None
+    if not fits(number):
+        raise SystemExit(f"modak_runtime: {name}={value!r} must be {bound}")
     return number
 
 
@@ -120,6 +133,9 @@ class Session:
         self.loss_stride = 1
         self.last_loss: Optional[float] = None
         self.max_steps = _int_env("MODAK_MAX_STEPS")
+        # a trial's time cap, from the runtime's start (a search's share of its budget)
+        self.max_seconds = _seconds_env("MODAK_MAX_SECONDS")
+        self.stopped_by: Optional[str] = None  # "steps" or "time": which cap ended the run
         self.warmup = _int_env("MODAK_WARMUP_STEPS")
         self.framework = "unknown"
         self.framework_version: Optional[str] = None
@@ -150,7 +166,52 @@ class Session:
         if self.t_train is None:
             self.t_train = self.t_start
         if self.max_steps is not None and len(self.step_ends) >= self.max_steps:
+            self.stopped_by = "steps"
             raise StopTrial()
+        if self.max_seconds is not None and \
+                self.step_ends[-1] - self.t_start >= self.max_seconds:
+            self.stopped_by = "time"
+            raise StopTrial()
+
+    # -- the time cap ----------------------------------------------------------------
+    def arm_time_cap(self) -> None:
+        """Stop the run at ``MODAK_MAX_SECONDS`` even inside a step (a compilation can
+        take minutes before the first compiled step ends): a SIGALRM raises StopTrial
+        wherever the main thread is.  A script that sets its own SIGALRM handler keeps it;
+        the cap is then checked at the end of each step only."""
+        if self.max_seconds is None or not hasattr(signal, "setitimer") or \
+                signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL:
+            return
+        session = self
+
+        def on_alarm(signum, frame):
+            if signal.getsignal(signal.SIGALRM) is on_alarm:
+                session.stopped_by = "time"
+                raise StopTrial()
+
+        signal.signal(signal.SIGALRM, on_alarm)
+        left = self.max_seconds - (time.perf_counter() - self.t_start)
+        signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+
+    def disarm_time_cap(self) -> None:
+        if self.max_seconds is not None and hasattr(signal, "setitimer"):
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def time_cap_error(self) -> Optional[dict[str, Any]]:
+        """Why a run stopped at its time cap measured no step time (None: it measured one,
+        or the time cap did not stop it).  A record with it is ``capped``, not ``failed``:
+        the configuration did not fail, its trial ran out of time (a compiler still
+        compiling), and it is not barred from later plans."""
+        if self.stopped_by != "time" or self.metrics().s_per_step is not None:
+            return None
+        steps = len(self.step_ends)
+        where = ("before its first step ended" if not steps else
+                 f"after {steps} step{'s' if steps > 1 else ''}, before a steady step time")
+        still = (f", in the warm-up where {self.config.compiler} compiles"
+                 if self.config.compiler != "off" and steps < 3 else "")
+        return {"type": "TimeCap", "knob": None,
+                "message": f"stopped at its time cap of {self.max_seconds:g} s "
+                           f"(MODAK_MAX_SECONDS) {where}{still}: nothing measured"}
 
     def loss_due(self) -> bool:
         """Whether the loss of the step under way is sampled (read it only then)."""
@@ -204,6 +265,9 @@ class Session:
             except Exception as exc:  # a broken probe must not hide the run's figures
                 self.effect.setdefault("probe_errors", []).append(repr(exc)[:200])
         self.effect["allocator"] = loaded_allocator()
+        if self.stopped_by:  # which trial cap ended it: MODAK_MAX_STEPS or MODAK_MAX_SECONDS
+            self.effect["stopped_by"] = {"steps": "MODAK_MAX_STEPS",
+                                         "time": "MODAK_MAX_SECONDS"}[self.stopped_by]
         if self.config.allocator != "glibc":
             if self.effect["allocator"] == self.config.allocator:
                 self.applied_knob("allocator", f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}")

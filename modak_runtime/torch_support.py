@@ -325,7 +325,10 @@ class _Torch:
             s.effect["compiled"] = graphs > 0
             s.effect["compiled_graphs"] = graphs
             skipped = dynamo_skipped()
-            if graphs == 0 and s.status != "failed":  # a failed compile stays applied
+            if s.stopped_by == "time" and len(s.step_ends) < 2:
+                # stopped at its time cap while it compiled: nothing to judge it by
+                s.effect["compiled"] = None
+            elif graphs == 0 and s.status != "failed":  # a failed compile stays applied
                 s.applied.pop("compiler", None)
                 s.refuse("compiler", f"torch.compile traced no graph of it: {skipped}"
                          if skipped else "compiled, but the module never ran after the first step")

@@ -18,6 +18,7 @@ import uuid
 import pytest
 from conftest import ROOT
 
+from modak_lib.models import Configuration
 from modak_lib.results import ResultsStore
 
 pytestmark = pytest.mark.slow
@@ -375,6 +376,16 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
                 "MODAK_MAX_STEPS" not in p["environment"]]
     first = next(p for p in plans if p["search"])
     assert len(first["autotune"]) == len(trials)
+    # each candidate's trial is capped at its share of the budget, stock's is not
+    state = json.loads(next((tmp_path / "plans").glob("*/search.json")).read_text())
+    tried = [p for p in plans if "MODAK_MAX_STEPS" in p["environment"]]
+    assert len(tried) == len(trials)
+    for p in tried:
+        cap = p["environment"].get("MODAK_MAX_SECONDS")
+        if Configuration(**p["chosen"]) == Configuration(**state["stock"]):
+            assert cap is None
+        else:
+            assert 0 < float(cap) <= state["budget_s"], (cap, state["budget_s"])
     assert {k: job[k] for k in ("compiler", "allocator", "precision", "threads")} == {
         "compiler": final["chosen"]["compiler"] or "off",
         "allocator": final["chosen"]["allocator"], "precision": final["chosen"]["precision"],

@@ -18,7 +18,8 @@ from modak_runtime.record import STORE_COLUMNS, Record, flatten
 
 SCRIPTS = ROOT / "tests" / "user_scripts"
 KNOBS = ("MODAK_THREADS", "MODAK_TORCH_COMPILE", "MODAK_JIT_COMPILE", "MODAK_PRECISION",
-         "MODAK_CHANNELS_LAST", "MODAK_ALLOCATOR", "MODAK_MAX_STEPS", "MODAK_ONEDNN")
+         "MODAK_CHANNELS_LAST", "MODAK_ALLOCATOR", "MODAK_MAX_STEPS", "MODAK_ONEDNN",
+         "MODAK_MAX_SECONDS")
 
 
 def run(script, *args, env=None, runtime=True, cwd=None, timeout=600):
@@ -320,6 +321,61 @@ def test_the_trial_cap_stops_the_script_and_records_the_steps():
     assert rc == 0, err
     assert rec["status"] == "capped" and rec["metrics"]["steps"] == 7
     assert len(out.splitlines()) == 6  # the 7th step's print never ran
+
+
+# a training script whose third step stalls (a compilation that takes minutes, as
+# Inductor's of a GRU took 122 s here): only the time cap can end it inside the step
+STALLING = """
+import sys, time
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 8), torch.randn(16, 1)
+for step in range(int(sys.argv[1])):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    if step == int(sys.argv[2]):
+        time.sleep(120)
+    loss.backward()
+    opt.step()
+    print("step", step, float(loss))
+"""
+
+
+def test_the_time_cap_stops_a_trial_even_inside_a_step(tmp_path):
+    """MODAK_MAX_SECONDS ends the run where it is: a step that stalls is cut at the cap
+    (the script would sleep 120 s), recorded as capped with nothing measured and why, and
+    the compiler asked for is not refused for it (its trial ran out of time; the script
+    did not fail): the store does not keep such a record.  Where the steps are quick, the
+    cap ends the run after a measured stretch of them."""
+    need("torch")
+    script = tmp_path / "stall.py"
+    script.write_text(STALLING)
+    started = __import__("time").monotonic()
+    rc, out, rec, err = run(script, "50", "1", env={"MODAK_MAX_SECONDS": "6",
+                                                    "MODAK_TORCH_COMPILE": "default"})
+    took = __import__("time").monotonic() - started
+    assert rc == 0, err
+    assert took < 60  # not the 120 s the step sleeps
+    assert rec["status"] == "capped" and rec["metrics"]["s_per_step"] is None
+    assert rec["error"]["type"] == "TimeCap" and rec["error"]["knob"] is None
+    assert "time cap of 6 s" in rec["error"]["message"]
+    assert "torch.compile:default compiles" in rec["error"]["message"]
+    assert rec["effect"]["stopped_by"] == "MODAK_MAX_SECONDS"
+    assert "compiler" not in rec["not_applied"] and rec["effect"]["compiled"] is None
+    from modak_lib.results import kept
+    assert not kept(rec)
+    with pytest.raises(Exception, match="measured no step time"):
+        row_from_fom(rec, source="autotune")  # (the recorder does not offer it: kept())
+
+    rc, out, rec, err = run(script, "1000000", "-1", env={"MODAK_MAX_SECONDS": "8"})
+    assert rc == 0, err
+    assert rec["status"] == "capped" and rec["effect"]["stopped_by"] == "MODAK_MAX_SECONDS"
+    assert rec["error"] is None and rec["metrics"]["s_per_step"] > 0
+    assert 2 < rec["metrics"]["steps"] < 1000000 and rec["metrics"]["wall_s"] < 20
+    assert kept(rec)
+    rc, _, _, err = run(script, "3", "-1", env={"MODAK_MAX_SECONDS": "soon"})
+    assert rc != 0 and "MODAK_MAX_SECONDS='soon' is not a number of seconds" in err
 
 
 def test_a_script_that_exits_non_zero_keeps_its_status():

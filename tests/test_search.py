@@ -20,16 +20,27 @@ TCMALLOC = Configuration(image=IMAGE, threads=2, allocator="tcmalloc")
 ONE = Configuration(image=IMAGE, threads=1)
 
 
-def recorded(table):
+def recorded(table, caps=None):
     """run() over recorded figures: configuration -> (s/step, warm-up s, loss); the trial's
-    wall time is start-up (3 s) + warm-up + its steps."""
+    wall time is start-up (3 s) + warm-up + its steps.  A trial given a time cap stops there
+    as the runtime stops it (``MODAK_MAX_SECONDS``): with fewer steps, or with nothing
+    measured when its start-up, warm-up and two steps do not fit.  ``caps`` collects
+    (configuration, cap) per call."""
     calls = []
 
-    def run(config, steps):
+    def run(config, steps, cap=None):
         s, warm, loss = table[config]
         calls.append((config, steps))
-        return Trial(config, steps, s, warm, 3.0 + warm + (s or 0) * steps, loss,
-                     None if s else "crashed")
+        if caps is not None:
+            caps.append((config, cap))
+        wall = 3.0 + warm + (s or 0) * steps
+        if s and cap is not None and wall > cap:
+            done = int((cap - 3.0 - warm) // s)
+            if done < 2:
+                return Trial(config, max(done, 0), None, 0.0, cap, None,
+                             f"stopped at its time cap of {cap:g} s: nothing measured")
+            return Trial(config, done, s, warm, cap, loss)
+        return Trial(config, steps, s, warm, wall, loss, None if s else "crashed")
     return run, calls
 
 
@@ -70,14 +81,42 @@ def test_the_search_stays_within_its_budget_and_halves():
     run, calls = recorded(LM)
     out = search([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, run, job_steps=100000,
                  budget_s=200, first_steps=10)
-    # (the first round always runs: six trials of 10 steps, 102 s with two compilations)
-    assert out.spent_s <= 200 or out.rounds == 1
+    # (six trials of 10 steps, 102 s with two compilations: within each one's share)
+    assert out.spent_s <= 200
     assert out.rounds >= 2 and len(calls) > 6
     second = [c for c, steps in calls if steps == 20]
     assert STOCK in second and len(second) <= 1 + 5 // 2  # stock + the better half
     tight = search([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, recorded(LM)[0],
                    job_steps=100000, budget_s=50)
-    assert tight.rounds == 1  # the second round would not fit
+    # 10 s a candidate: the compilations (35 and 40 s) are stopped, the rest goes on
+    assert tight.spent_s <= 50
+    assert all("time cap of 10 s" in tight.verdicts[c.label()] for c in (COMPILE, BOTH))
+
+
+def test_a_compilation_longer_than_the_budget_ends_its_trial_not_the_budget():
+    """Each candidate's trial is capped at its share of what the budget has left after
+    stock's: a compiler that compiles for longer than the whole budget (Inductor took 122 s
+    for a GRU here) is stopped there and fails its trial; the search keeps within its
+    budget and never caps stock's trial, which every choice is measured against."""
+    slow = {**LM, COMPILE: (0.030, 120.0, 2.10), BOTH: (0.020, 150.0, 2.11)}
+    caps: list = []
+    run, calls = recorded(slow, caps)
+    out = search([BOTH, COMPILE, TCMALLOC, BF16], STOCK, run, job_steps=5000, budget_s=60)
+    assert out.spent_s <= out.budget_s == 60
+    assert all(cap is None for c, cap in caps if c == STOCK)
+    first = {c: cap for c, cap in caps[:5]}
+    assert first[BOTH] == pytest.approx((60 - 0.0) / 4, abs=0.1)  # no estimate of stock yet
+    for c in (BOTH, COMPILE):
+        assert "time cap" in out.verdicts[c.label()]
+    assert out.chosen == TCMALLOC  # the one that measured faster than stock, same loss
+    # later rounds share what is left after stock's trial as it measured, more steps each
+    later = [cap for (c, cap), (_, steps) in zip(caps, calls) if c != STOCK and steps > 10]
+    assert later and all(0 < cap <= 60 - out.trials[0].wall_s for cap in later)
+    # uncapped, the same search spends the compilations' minutes
+    run, _ = recorded(slow)
+    over = search([BOTH, COMPILE, TCMALLOC, BF16], STOCK, lambda c, n, cap: run(c, n),
+                  job_steps=5000, budget_s=60)
+    assert over.spent_s > 4 * 60
 
 
 def test_the_budget_is_re_based_on_the_measured_stock_trial():
@@ -122,7 +161,7 @@ def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():
     def rounds(table):
         seen: dict = {}
 
-        def run(config, steps):
+        def run(config, steps, cap=None):
             n = seen[config] = seen.get(config, -1) + 1
             s = table[config][n]
             return Trial(config, steps, s, 0.0, 3.0 + s * steps, 1.0)
@@ -154,10 +193,12 @@ def test_one_real_short_search_through_the_runtime():
     pytest.importorskip("torch")
     from modak_runtime.record import parse_lines
 
-    def run(config, steps):
+    def run(config, steps, cap):
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODAK_")}
         env.update(MODAK_MAX_STEPS=str(steps), MODAK_THREADS=str(config.threads),
                    MODAK_PRECISION=config.precision.value, PYTHONPATH=str(ROOT))
+        if cap is not None:
+            env["MODAK_MAX_SECONDS"] = f"{cap:g}"
         proc = subprocess.run([sys.executable, "-m", "modak_runtime", "--", "mlp.py",
                                "--batch-size", "64", "--steps", "1000"],
                               cwd=ROOT / "benchmarks/families", env=env, capture_output=True,
@@ -256,7 +297,7 @@ def test_the_search_driven_round_by_round_through_its_state_matches_the_loop():
         step = h.next_round()
         if step is None:
             break
-        h.record([run(c, step[1]) for c in step[0]])
+        h.record([run(c, step[1], h.cap(c)) for c in step[0]])
     loop = search([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, recorded(LM)[0],
                   job_steps=100000, budget_s=600)
     assert h.outcome().chosen == loop.chosen == BOTH

@@ -22,6 +22,15 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   themselves).  The first round measures stock, and with ``budget_fraction`` the budget is
   then re-based on stock's measured job time (the planner's estimate of it may be far off
   for a new workload);
+- **a trial is stopped at its share of the budget**: each round gives every candidate at
+  most ``(budget left - stock's estimated trial) / candidates`` seconds (``cap``; the runtime
+  stops the run there: ``MODAK_MAX_SECONDS``), so that a compilation longer than the budget
+  (Inductor took 122 s for a GRU here) ends its trial, not the budget; stock's trial, which
+  every choice is measured against, is not capped.  A candidate stopped before it measured a
+  step time fails its trial (it could not pay for itself within the budget), without being
+  barred from later plans: a longer job affords it.  The cap is on the runtime's clock: the
+  job's start-up before it (scheduler, container) comes on top.  Before the first round's
+  stock trial re-bases the budget, the shares are of the planner's estimate;
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -112,6 +121,7 @@ class Halving:
         self.out = Outcome(chosen=stock, stock=stock, budget_s=budget_s)
         self.last: dict[Configuration, Trial] = {}
         self.finished = False
+        self.share_s: Optional[float] = None  # the round's time cap of a candidate's trial
 
     def next_round(self) -> Optional[tuple[list[Configuration], int]]:
         if self.finished or not self.pool or self.out.rounds >= self.max_rounds:
@@ -122,7 +132,25 @@ class Halving:
         estimate = sum(_estimate(self.last.get(c), self.steps) for c in self.pool)
         if self.out.rounds and self.out.spent_s + estimate > self.budget_s:
             return self._finish()
+        self.share_s = self._share()
         return list(self.pool), self.steps
+
+    def _share(self) -> Optional[float]:
+        """The round's time cap of each candidate's trial: what the budget has left after
+        stock's trial (as estimated), shared equally (None: an unbounded budget)."""
+        if not math.isfinite(self.budget_s) or len(self.pool) < 2:
+            return None
+        left = self.budget_s - self.out.spent_s
+        stock = (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
+                 else self.trial_overhead_s + self.steps * (self.s_per_step or 0.0))
+        n = len(self.pool) - 1
+        share = (left - stock) / n
+        return round(share if share > 0 else max(left, 0.0) / (n + 1), 1)
+
+    def cap(self, configuration: Configuration) -> Optional[float]:
+        """The time cap, in seconds, of this round's trial of ``configuration`` (None: none,
+        stock's trial)."""
+        return None if configuration == self.stock else self.share_s
 
     def _first_round_fits(self) -> bool:
         """Cut the first round to the trials its budget affords (stock and the
@@ -245,6 +273,7 @@ class Halving:
                 "trial_overhead_s": self.trial_overhead_s, "s_per_step": self.s_per_step,
                 "eta": self.eta, "tolerance": self.tolerance,
                 "max_rounds": self.max_rounds, "steps": self.steps, "finished": self.finished,
+                "share_s": self.share_s,
                 "pool": [c.model_dump(mode="json") for c in self.pool],
                 "rounds": self.out.rounds, "spent_s": self.out.spent_s,
                 "verdicts": self.out.verdicts, "trials": [trial(t) for t in self.out.trials],
@@ -261,6 +290,7 @@ class Halving:
                 s_per_step=st.get("s_per_step"))
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.steps, h.finished = st["steps"], st["finished"]
+        h.share_s = st.get("share_s")
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
         h.out.verdicts = dict(st["verdicts"])
         h.out.trials = [trial(d) for d in st["trials"]]
@@ -269,12 +299,15 @@ class Halving:
 
 
 def search(candidates: Sequence[Configuration], stock: Configuration,
-           run: Callable[[Configuration, int], Trial], *, job_steps: int, budget_s: float,
+           run: Callable[[Configuration, int, Optional[float]], Trial], *, job_steps: int,
+           budget_s: float,
            first_steps: int = 10, eta: int = 2, loss_tolerance: float = 0.05,
            max_rounds: int = 4, budget_fraction: Optional[float] = None,
            trial_overhead_s: float = 0.0, s_per_step: Optional[float] = None) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
-    seconds of trials; see the module docstring."""
+    seconds of trials; see the module docstring.  ``run(configuration, steps, cap)`` runs
+    one trial, stopping it after ``cap`` seconds (None: no cap) as the runtime does with
+    ``MODAK_MAX_SECONDS``."""
     h = Halving(candidates, stock, job_steps=job_steps, budget_s=budget_s,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
                 max_rounds=max_rounds, budget_fraction=budget_fraction,
@@ -284,7 +317,7 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
         if step is None:
             return h.outcome()
         pool, steps = step
-        h.record([run(c, steps) for c in pool])
+        h.record([run(c, steps, h.cap(c)) for c in pool])
 
 
 def _estimate(trial: Optional[Trial], steps: int) -> float:

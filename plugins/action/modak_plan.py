@@ -29,6 +29,7 @@ ARGS = dict(
     force=dict(type="dict"),
     extra_arguments=dict(type="list", elements="str", default=[]),
     max_steps=dict(type="int", default=0),
+    max_seconds=dict(type="float", default=0.0),
     files=dict(type="list", elements="path", default=[]),
     files_dir=dict(type="path"),
 )
@@ -116,6 +117,9 @@ class ActionModule(ActionBase):
         try:
             if args["max_steps"] > 0:  # a trial: the runtime stops after so many steps
                 env = dict(request.environment, MODAK_MAX_STEPS=str(args["max_steps"]))
+                request = request.model_copy(update={"environment": env})
+            if args["max_seconds"] > 0:  # ... or so many seconds (its share of the budget)
+                env = dict(request.environment, MODAK_MAX_SECONDS="%g" % args["max_seconds"])
                 request = request.model_copy(update={"environment": env})
             if args["extra_arguments"]:  # e.g. a script's own option for a short run
                 app = request.application.model_copy(update={

@@ -29,7 +29,8 @@ class ActionModule(ActionBase):
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
         check_library("modak_record")
         try:
-            from modak_lib.results import ResultsStore, StoreError, parse_fom_lines, row_from_fom
+            from modak_lib.results import (ResultsStore, StoreError, kept, parse_fom_lines,
+                                           row_from_fom)
         except ImportError as exc:
             raise AnsibleActionFail("modak_record needs the modak library on the controller: %s"
                                     % exc)
@@ -73,7 +74,7 @@ class ActionModule(ActionBase):
                                  accelerator=acc.get("model") or acc.get("vendor"),
                                  microarchitecture=target.get("microarchitecture"),
                                  cores=target.get("cores_per_node"), probe=figures)
-                    for rec in records]
+                    for rec in records if kept(rec)]
             new = [r for r in rows if r["raw"] not in seen]
             if not self._play_context.check_mode:
                 store.append(new)

@@ -64,6 +64,7 @@ class ActionModule(ActionBase):
                                             "chosen": _s(chosen, halving, job_seconds)})
         else:
             result.update(trials=[c.model_dump(mode="json") for c in step[0]], steps=step[1],
+                          caps=[halving.cap(c) for c in step[0]],
                           msg="round %d: %d trial(s) of %d steps" % (
                               out.rounds + 1, len(step[0]), step[1]))
         return result

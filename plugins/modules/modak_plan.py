@@ -81,6 +81,13 @@ options:
         (C(MODAK_MAX_STEPS)); V(0) runs it to its end.
     type: int
     default: 0
+  max_seconds:
+    description:
+      - A trial - the runtime stops the script after this many seconds from its start
+        (C(MODAK_MAX_SECONDS)), even inside a step (a compilation); V(0) sets no time cap.
+        The budgeted search sets it to the trial's share of its budget.
+    type: float
+    default: 0
   extra_arguments:
     description: Arguments appended to the application's (a script's own option for a short run).
     type: list

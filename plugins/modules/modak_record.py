@@ -67,7 +67,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 recorded:
-  description: Rows added to the store (0 when this run was recorded before).
+  description: Rows added to the store (0 when this run was recorded before, or measured nothing).
   returned: always
   type: int
 store:
@@ -77,7 +77,8 @@ store:
 measured:
   description:
     - The last record's speed (steps_per_s, s_per_step, samples_per_s, warmup_s, steps,
-      final_loss); null when it measured no step time (a failed run).
+      final_loss); null when it measured no step time (a failed run, or a trial stopped
+      at its time cap before it measured one, which is not stored).
   returned: always
   type: dict
 status:
@@ -85,7 +86,9 @@ status:
   returned: when figures were found
   type: str
 error:
-  description: Why the run failed (type, message, and the knob it is blamed on, if any).
+  description:
+    - Why the run failed (type, message, and the knob it is blamed on, if any); for a
+      trial stopped at its time cap before it measured a step time, type V(TimeCap).
   returned: when figures were found
   type: dict
 applied:

@@ -105,6 +105,15 @@ steps:
   description: The next round's steps per trial.
   returned: when not done
   type: int
+caps:
+  description:
+    - Per trial of the next round (in the order of C(trials)), the seconds after which the
+      runtime stops it (C(MODAK_MAX_SECONDS)) - a candidate's share of what the budget has
+      left after stock's trial; null for stock's trial, which is not capped, and where the
+      budget is unbounded.
+  returned: when not done
+  type: list
+  elements: float
 chosen:
   description: The chosen configuration.
   returned: when done

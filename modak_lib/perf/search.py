@@ -22,15 +22,17 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   themselves).  The first round measures stock, and with ``budget_fraction`` the budget is
   then re-based on stock's measured job time (the planner's estimate of it may be far off
   for a new workload);
-- **a trial is stopped at its share of the budget**: each round gives every candidate at
-  most ``(budget left - stock's estimated trial) / candidates`` seconds (``cap``; the runtime
-  stops the run there: ``MODAK_MAX_SECONDS``), so that a compilation longer than the budget
-  (Inductor took 122 s for a GRU here) ends its trial, not the budget; stock's trial, which
-  every choice is measured against, is not capped.  A candidate stopped before it measured a
-  step time fails its trial (it could not pay for itself within the budget), without being
-  barred from later plans: a longer job affords it.  The cap is on the runtime's clock: the
-  job's start-up before it (scheduler, container) comes on top.  Before the first round's
-  stock trial re-bases the budget, the shares are of the planner's estimate;
+- **a trial is stopped at its share of the budget**: just before a candidate's trial runs,
+  it is given what the budget has left after the trials already run (this round's too),
+  shared equally with the round's candidates still to run (``cap``; the runtime stops the
+  run there: ``MODAK_MAX_SECONDS``), so that a compilation longer than the budget (Inductor
+  took 122 s for a GRU here) ends its trial, not the budget.  Stock runs first in every
+  round and is not capped (every choice is measured against it); once its trial has
+  measured the job, the shares are of the budget re-based on it, so a first round planned
+  on a prediction keeps to the measured budget too.  A candidate stopped before it measured
+  a step time fails its trial (it could not pay for itself within the budget), without
+  being barred from later plans: a longer job affords it.  The cap is on the runtime's
+  clock: the job's start-up before it (scheduler, container) comes on top;
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -47,6 +49,8 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 from ..models import Configuration
+
+MIN_CAP_S = 1.0  # a trial's time cap when the budget has nothing left: it stops at once
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,6 @@ class Halving:
         self.out = Outcome(chosen=stock, stock=stock, budget_s=budget_s)
         self.last: dict[Configuration, Trial] = {}
         self.finished = False
-        self.share_s: Optional[float] = None  # the round's time cap of a candidate's trial
 
     def next_round(self) -> Optional[tuple[list[Configuration], int]]:
         if self.finished or not self.pool or self.out.rounds >= self.max_rounds:
@@ -132,25 +135,26 @@ class Halving:
         estimate = sum(_estimate(self.last.get(c), self.steps) for c in self.pool)
         if self.out.rounds and self.out.spent_s + estimate > self.budget_s:
             return self._finish()
-        self.share_s = self._share()
         return list(self.pool), self.steps
 
-    def _share(self) -> Optional[float]:
-        """The round's time cap of each candidate's trial: what the budget has left after
-        stock's trial (as estimated), shared equally (None: an unbounded budget)."""
-        if not math.isfinite(self.budget_s) or len(self.pool) < 2:
+    def cap(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[float]:
+        """The time cap, in seconds, of this round's trial of ``configuration``, given the
+        round's trials ``done`` so far: what the budget (re-based on stock's trial once it
+        ran) has left after them, shared equally among the round's candidates not yet run,
+        this one included (less stock's estimated trial while it has not run).  None for
+        stock's trial and an unbounded budget; at least MIN_CAP_S."""
+        if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
-        left = self.budget_s - self.out.spent_s
-        stock = (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
-                 else self.trial_overhead_s + self.steps * (self.s_per_step or 0.0))
-        n = len(self.pool) - 1
-        share = (left - stock) / n
-        return round(share if share > 0 else max(left, 0.0) / (n + 1), 1)
-
-    def cap(self, configuration: Configuration) -> Optional[float]:
-        """The time cap, in seconds, of this round's trial of ``configuration`` (None: none,
-        stock's trial)."""
-        return None if configuration == self.stock else self.share_s
+        ran = {t.configuration: t for t in done}
+        base, budget = ran.get(self.stock), self.budget_s
+        if self.budget_fraction and base is not None and base.s_per_step is not None:
+            budget = self.budget_fraction * job_seconds(base, self.job_steps)
+        left = budget - self.out.spent_s - sum(t.wall_s for t in done)
+        if base is None:  # (stock's trial still to come in this round)
+            left -= (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
+                     else self.trial_overhead_s + self.steps * (self.s_per_step or 0.0))
+        waiting = [c for c in self.pool if c != self.stock and c not in ran]
+        return round(max(left / max(1, len(waiting)), MIN_CAP_S), 1)
 
     def _first_round_fits(self) -> bool:
         """Cut the first round to the trials its budget affords (stock and the
@@ -273,7 +277,6 @@ class Halving:
                 "trial_overhead_s": self.trial_overhead_s, "s_per_step": self.s_per_step,
                 "eta": self.eta, "tolerance": self.tolerance,
                 "max_rounds": self.max_rounds, "steps": self.steps, "finished": self.finished,
-                "share_s": self.share_s,
                 "pool": [c.model_dump(mode="json") for c in self.pool],
                 "rounds": self.out.rounds, "spent_s": self.out.spent_s,
                 "verdicts": self.out.verdicts, "trials": [trial(t) for t in self.out.trials],
@@ -290,7 +293,6 @@ class Halving:
                 s_per_step=st.get("s_per_step"))
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.steps, h.finished = st["steps"], st["finished"]
-        h.share_s = st.get("share_s")
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
         h.out.verdicts = dict(st["verdicts"])
         h.out.trials = [trial(d) for d in st["trials"]]
@@ -317,7 +319,10 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
         if step is None:
             return h.outcome()
         pool, steps = step
-        h.record([run(c, steps, h.cap(c)) for c in pool])
+        done: list[Trial] = []
+        for c in pool:  # (stock first)
+            done.append(run(c, steps, h.cap(c, done)))
+        h.record(done)
 
 
 def _estimate(trial: Optional[Trial], steps: int) -> float:

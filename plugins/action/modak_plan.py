@@ -84,7 +84,9 @@ class ActionModule(ActionBase):
         shipped = [dict(src=src, dest=dest) for src, dest in app_files + runtime_files()]
 
         # the same request on the same target is the same run: reuse its plan (so that a
-        # second deploy neither re-plans with a refitted model nor submits again)
+        # second deploy neither re-plans with a refitted model nor submits again); a trial's
+        # time cap is not part of it: a resumed search reuses the trial it ran, whatever its
+        # share of the budget is worked out to be now
         key = request_key({
             "request": file_digest(args["request"]), "nodes": args["nodes"],
             "infra": file_digest(args["infra"]), "inputs": args["inputs"], "node": args["node"],

@@ -32,6 +32,8 @@ class ActionModule(ActionBase):
 
         spec = dict(plan=dict(type="dict", required=True), state=dict(type="path", required=True),
                     record=dict(type="list", elements="dict", default=[]),
+                    cap_for=dict(type="dict"),
+                    done=dict(type="list", elements="dict", default=[]),
                     candidates=dict(type="int", default=3),
                     budget_fraction=dict(type="float", default=0.1),
                     job_steps=dict(type="int", default=0),
@@ -41,6 +43,16 @@ class ActionModule(ActionBase):
                     loss_tolerance=dict(type="float", default=0.05))
         dummy, args = self.validate_argument_spec(spec)
         plan, path = args["plan"], args["state"]
+        if args["cap_for"] is not None:  # the time cap of the round's next trial
+            if not os.path.exists(path):
+                raise AnsibleActionFail("%s: no search to cap a trial of (start it first)" % path)
+            with open(path) as f:
+                halving = Halving.from_state(json.load(f))
+            cap = halving.cap(Configuration(**args["cap_for"]),
+                              [self._trial(r, Trial, Configuration) for r in args["done"]])
+            result.update(changed=False, cap=cap, msg="no time cap (stock's trial)" if cap is None
+                          else "time cap %.1f s" % cap)
+            return result
         if os.path.exists(path):
             with open(path) as f:
                 halving = Halving.from_state(json.load(f))
@@ -64,7 +76,6 @@ class ActionModule(ActionBase):
                                             "chosen": _s(chosen, halving, job_seconds)})
         else:
             result.update(trials=[c.model_dump(mode="json") for c in step[0]], steps=step[1],
-                          caps=[halving.cap(c) for c in step[0]],
                           msg="round %d: %d trial(s) of %d steps" % (
                               out.rounds + 1, len(step[0]), step[1]))
         return result

@@ -26,6 +26,9 @@ description:
     affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
     and stock is kept), and after it, for a job of stated steps (O(job_steps) or the plan's
     C(steps)), the budget is re-based on the job's time at stock's measured speed.
+  - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
+    asks for it just before the trial runs), so that a compilation longer than the budget
+    ends its trial, not the budget; stock's trial is not capped.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
@@ -41,6 +44,16 @@ options:
         C(measured) (modak_record's return value), C(status), C(error), C(not_applied)
         (modak_record's - a trial with a knob not applied measured another configuration
         and counts as failed) and C(elapsed_s) (the job's).
+    type: list
+    elements: dict
+    default: []
+  cap_for:
+    description:
+      - Only say the time cap of the round's trial of this configuration (returned as
+        C(cap)), given the round's trials run so far (O(done)); nothing is recorded.
+    type: dict
+  done:
+    description: With O(cap_for), the round's trials run so far (as in O(record)).
     type: list
     elements: dict
     default: []
@@ -105,15 +118,15 @@ steps:
   description: The next round's steps per trial.
   returned: when not done
   type: int
-caps:
+cap:
   description:
-    - Per trial of the next round (in the order of C(trials)), the seconds after which the
-      runtime stops it (C(MODAK_MAX_SECONDS)) - a candidate's share of what the budget has
-      left after stock's trial; null for stock's trial, which is not capped, and where the
+    - With O(cap_for) - the seconds after which the runtime stops that trial
+      (C(MODAK_MAX_SECONDS)) - what the budget has left after the trials run so far (O(done)
+      included; re-based on stock's trial once it ran), shared equally among the round's
+      candidates not yet run; null for stock's trial, which is not capped, and where the
       budget is unbounded.
-  returned: when not done
-  type: list
-  elements: float
+  returned: with cap_for
+  type: float
 chosen:
   description: The chosen configuration.
   returned: when done

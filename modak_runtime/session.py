@@ -185,9 +185,8 @@ class Session:
         session = self
 
         def on_alarm(signum, frame):
-            if signal.getsignal(signal.SIGALRM) is on_alarm:
-                session.stopped_by = "time"
-                raise StopTrial()
+            session.stopped_by = "time"
+            raise StopTrial()
 
         signal.signal(signal.SIGALRM, on_alarm)
         left = self.max_seconds - (time.perf_counter() - self.t_start)

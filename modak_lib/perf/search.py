@@ -152,14 +152,19 @@ class Halving:
         left = budget - self.out.spent_s - sum(t.wall_s for t in done)
         if base is None:  # (stock's trial still to come in this round)
             left -= (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
-                     else self.trial_overhead_s + self.steps * (self.s_per_step or 0.0))
+                     else self._first_trial_s())
         waiting = [c for c in self.pool if c != self.stock and c not in ran]
         return round(max(left / max(1, len(waiting)), MIN_CAP_S), 1)
+
+    def _first_trial_s(self) -> float:
+        """A first-round trial's cost before anything is measured: the overhead plus its
+        steps at the predicted seconds per step."""
+        return self.trial_overhead_s + self.steps * (self.s_per_step or 0.0)
 
     def _first_round_fits(self) -> bool:
         """Cut the first round to the trials its budget affords (stock and the
         best-ranked candidates); False where it affords fewer than stock and one."""
-        per_trial = self.trial_overhead_s + self.steps * (self.s_per_step or 0.0)
+        per_trial = self._first_trial_s()
         if per_trial <= 0 or not math.isfinite(self.budget_s):
             return True
         fits = int(self.budget_s // per_trial)

@@ -117,12 +117,16 @@ class ActionModule(ActionBase):
             return result
 
         try:
-            if args["max_steps"] > 0:  # a trial: the runtime stops after so many steps
-                env = dict(request.environment, MODAK_MAX_STEPS=str(args["max_steps"]))
-                request = request.model_copy(update={"environment": env})
-            if args["max_seconds"] > 0:  # ... or so many seconds (its share of the budget)
-                env = dict(request.environment, MODAK_MAX_SECONDS="%g" % args["max_seconds"])
-                request = request.model_copy(update={"environment": env})
+            # a trial: the runtime stops after so many steps, or so many seconds (its share
+            # of the search's budget)
+            caps = {}
+            if args["max_steps"] > 0:
+                caps["MODAK_MAX_STEPS"] = str(args["max_steps"])
+            if args["max_seconds"] > 0:
+                caps["MODAK_MAX_SECONDS"] = "%g" % args["max_seconds"]
+            if caps:
+                request = request.model_copy(update={"environment": dict(
+                    request.environment, **caps)})
             if args["extra_arguments"]:  # e.g. a script's own option for a short run
                 app = request.application.model_copy(update={
                     "arguments": request.application.arguments + tuple(args["extra_arguments"])})

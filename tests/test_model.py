@@ -127,6 +127,41 @@ def test_one_disturbed_run_moves_neither_its_round_nor_the_other_configurations(
     assert spread.max() < 1e-9
 
 
+def test_a_machine_slower_than_its_probe_says_is_learned_from_its_other_workloads():
+    """Two machines of one nominal target (the same CPU and cores), their probes 0.5%
+    apart, one running every script 1.5x slower (two hosts of this project's kind ran the
+    same scripts 1.3-2.3x apart): each machine's effect is half of that either side of their
+    median (log).  ResNet-18, measured on the fast machine only, is predicted on the slow
+    one at 1.5x its time there, by the model and by the planner's exported formula alike;
+    a machine never measured is taken at the median machine.  One machine of a target, or
+    two that share no run, have no effect."""
+    from modak_lib.perf.predictor import FastPredictor
+    fast = synthetic()
+    slow = synthetic(workloads=("mnist-cnn",)).assign(gflops_fp32=100.5)
+    slow["s_per_step"] *= 1.5
+    df = pd.concat([fast, slow], ignore_index=True)
+    effects = m.machine_effects(m.training_frame(df))
+    assert effects == pytest.approx({F.machine(fast.iloc[0]): -math.log(1.5) / 2,
+                                     F.machine(slow.iloc[0]): math.log(1.5) / 2})
+    fitted = m.fit(df, estimators=("linear-main",))
+    assert fitted.card.machine_effects == pytest.approx(effects, abs=1e-4)
+    args = ("resnet18", "off", 2, "glibc", "fp32")
+    on = {"fast": row(*args, 1.0), "slow": {**row(*args, 1.0), "gflops_fp32": 100.5},
+          "new": {**row(*args, 1.0), "gflops_fp32": 100.2}}
+    got = {k: math.exp(fitted.predict_log(m.training_frame(pd.DataFrame([r])))[0])
+           for k, r in on.items()}
+    want = math.exp(truth(*args))
+    assert got["fast"] == pytest.approx(want, rel=0.05)
+    assert got["slow"] == pytest.approx(1.5 * want, rel=0.05)
+    assert got["new"] == pytest.approx(math.sqrt(1.5) * want, rel=0.05)
+    planner = FastPredictor(fitted.meta)
+    assert [math.exp(planner.formula(r)) for r in on.values()] == pytest.approx(
+        list(got.values()), rel=1e-9)
+    assert m.machine_effects(m.training_frame(fast)) == {}
+    apart = slow.assign(workload="other", fingerprint="fp-other")
+    assert m.machine_effects(m.training_frame(pd.concat([fast, apart]))) == {}
+
+
 def test_each_configuration_is_fitted_once_at_the_median_of_its_repeats():
     X = pd.DataFrame({"a": [1.0, 1.0, 1.0, 2.0]}, index=[10, 11, 12, 13])
     Xt, yt = m.per_configuration(X, np.array([1.0, 2.0, 100.0, 5.0]), ["p", "p", "p", "q"])

@@ -21,6 +21,12 @@ class ModelCard(BaseModel):
         description="the learned part's predictions are held within this range (log space: "
                     "the training data's, widened by fit.RANGE_MARGIN): a step is never "
                     "predicted more or less efficient than any measured one by far")
+    machine_effects: dict[str, float] = Field(
+        default_factory=dict,
+        description="log slowdown of each machine (features.machine: its probe's figures) "
+                    "against its nominal target's median machine, as the runs it shares with "
+                    "another machine of that target show it (fit.machine_effects); added to "
+                    "a prediction there, none for a machine not listed")
     rows: int = Field(description="measurements fitted on")
     configurations: int
     families: list[str] = Field(description="workload families in the data")

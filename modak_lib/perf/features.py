@@ -68,6 +68,19 @@ PLACE_KEYS = ("image", "microarchitecture", "cores", "accelerator")
 HOST_IMAGE = "host"
 
 
+def machine(row: dict[str, Any]) -> str:
+    """Which machine a row ran on, as the model knows machines: its target's measured
+    figures (:data:`TARGET_FIGURES`: the campaign describes each machine by the median of
+    its probes, a deploy records its target's cached probe), each to 6 significant digits
+    ("-" where not measured).  Two machines of one nominal target (the same CPU and cores)
+    differ by these."""
+    out = []
+    for k in TARGET_FIGURES:
+        v = _float(row.get(k))
+        out.append(f"{v:.6g}" if v == v else "-")
+    return "|".join(out)
+
+
 def knob_value(row: dict[str, Any], knob: str) -> Optional[str]:
     """The value a configuration row sets ``knob`` to, None when it leaves it at stock."""
     value = _text(row.get(knob), str(STOCK[knob]))

@@ -156,6 +156,60 @@ def _polish(y, configs, rounds, sweeps: int = 20):
     return effect[rounds]
 
 
+# what one workload run is, across machines: the same script, batch and configuration
+RUN_KEYS = ["workload", "framework", "batch_size", "image_size", *CONFIG_KEYS]
+
+
+def machine_labels(df):
+    """Per row, its machine (``features.machine``: the figures its target's probe measured)."""
+    import pandas as pd
+
+    cols = [k for k in F.TARGET_FIGURES if k in df]
+    return pd.Series([F.machine(r) for r in df[cols].to_dict("records")], index=df.index,
+                     dtype=object)
+
+
+def machine_effects(df, machines=None) -> dict[str, float]:
+    """How much slower (log) each machine ran than its nominal target's median machine, for
+    the machines of a nominal target (``target_id``: the same CPU, cores and GPU) that share
+    measured runs (:data:`RUN_KEYS`) with another machine of it; by median polish of the
+    shared runs' medians (``y``) as run + machine, so that one workload that ran unusually
+    on one machine does not move its effect.
+
+    The probe describes a machine by its arithmetic rate and bandwidth, and that does not
+    carry all of its speed: two hosts of this project's kind, the same CPU probed within 2%
+    of each other, ran the same scripts 1.3-2.3x apart.  The model learns from the runs with
+    their machine's effect taken out and predicts a run on a known machine with it put back;
+    a machine it has no shared runs of (a new one) is taken at its nominal target's median
+    (no effect).  ``machines``: :func:`machine_labels` of ``df``, when already made."""
+    import numpy as np
+
+    if not len(df):
+        return {}
+    d = df.assign(_machine=machine_labels(df) if machines is None else machines,
+                  _target=target_id(df), _run=row_labels(df, [k for k in RUN_KEYS if k in df]))
+    med = d.groupby(["_target", "_machine", "_run"])["y"].median().reset_index()
+    out: dict[str, float] = {}
+    for _, g in med.groupby("_target"):
+        g = g[g.groupby("_run")["_machine"].transform("nunique").to_numpy() > 1]
+        names = sorted(set(g["_machine"]))
+        if len(names) < 2:
+            continue
+        index = {m: i for i, m in enumerate(names)}
+        rounds = g["_machine"].map(index).to_numpy(dtype=int)
+        effect = _polish(g["y"].to_numpy(dtype=float), g["_run"].to_numpy(), rounds)
+        out.update({m: float(effect[rounds == i][0]) for m, i in index.items()})
+    return out
+
+
+def machine_offsets(machines, effects: dict[str, float]):
+    """Per row (its :func:`machine_labels`), its machine's effect (0 for one not in
+    ``effects``), as a numpy array."""
+    import numpy as np
+
+    return np.array([effects.get(m, 0.0) for m in machines], dtype=float)
+
+
 def recorded_times(df):
     """When each row was measured (UTC; NaT where it does not say)."""
     import pandas as pd
@@ -425,6 +479,7 @@ def held_out_predictions(df, name: str, by: str = "configuration",
 
     X, base = F.frame(df), F.baselines(df)
     y = df["y"].to_numpy() - base
+    machines = machine_labels(df)
     groups, configs = groups_of(df, by), config_groups(df)
     names = groups.unique()
     if folds and len(names) > folds:
@@ -435,9 +490,11 @@ def held_out_predictions(df, name: str, by: str = "configuration",
         test = (groups == g).to_numpy()
         if test.all():
             continue
-        Xt, yt = per_configuration(X[~test], y[~test], configs[~test])
+        # the machines' effects as the training groups show them
+        off = machine_offsets(machines, machine_effects(df[~test], machines[~test]))
+        Xt, yt = per_configuration(X[~test], (y - off)[~test], configs[~test])
         est = make_estimator(name).fit(Xt, yt)
-        pred[test] = np.clip(est.predict(X[test]), *residual_range(yt)) + base[test]
+        pred[test] = np.clip(est.predict(X[test]), *residual_range(yt)) + base[test] + off[test]
     return pred
 
 
@@ -498,7 +555,8 @@ class FittedModel:
     def predict_log(self, frame):
         import numpy as np
         return (np.clip(self.estimator.predict(F.frame(frame)), *self.card.residual_range)
-                + F.baselines(frame))
+                + F.baselines(frame)
+                + machine_offsets(machine_labels(frame), self.card.machine_effects))
 
 
 def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedModel:
@@ -530,8 +588,11 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
     loco = residual[best] if by == "configuration" else (
         df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS))
     loco = loco[~np.isnan(loco)]
-    Xt, learned = per_configuration(F.frame(df), df["y"].to_numpy() - F.baselines(df),
-                                    config_groups(df))
+    machines = machine_labels(df)
+    effects = machine_effects(df, machines)
+    Xt, learned = per_configuration(
+        F.frame(df), df["y"].to_numpy() - F.baselines(df) - machine_offsets(machines, effects),
+        config_groups(df))
     est = make_estimator(best).fit(Xt, learned)
     bounds = residual_range(learned)
     acc = df["accelerator"] if "accelerator" in df else None
@@ -549,6 +610,7 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
         held_out_by=by, held_out_mape={k: round(v, 4) for k, v in scores.items()},
         sigma_log=round(float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma, 4),
         sigma_log_unseen=round(sigma, 4), versions=library_versions(), residual_range=bounds,
+        machine_effects={m: round(e, 4) for m, e in effects.items()},
         fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), light=light)
     keep = every[TARGET_KEYS + CONFIG_KEYS + ["s_per_step", "accelerator", "source"]].copy()
     return FittedModel(est, best, card, keep)

@@ -163,6 +163,12 @@ class FastPredictor:
             if "formula" not in light:
                 raise PredictError("the model has no exported formula")
             formula = formula_of(light["formula"])
+            effects = meta.get("machine_effects") or {}
+            if effects:  # (a known machine's own speed, beyond what its probe says)
+                plain = formula
+
+                def formula(row: dict[str, Any]) -> float:
+                    return plain(row) + effects.get(F.machine(row), 0.0)
         self.meta = meta
         self.formula = formula
         self.measured = measured if measured is not None else light.get("measured", [])

@@ -134,10 +134,11 @@ class _Keras:
             fp.input_shape = [int(d) for d in model.inputs[0].shape[1:]]
         except Exception:
             pass
-        per_sample, shares = keras_flops(model)
+        per_sample, shares, grouped = keras_flops(model)
         if per_sample and batch_size:
             fp.flops_per_step = 3.0 * per_sample * batch_size
             fp.flop_share = shares
+            fp.grouped_share = grouped
             fp.method = "analytic from the Keras layers' shapes (step = 3 x forward)"
         fp.id = fingerprint_id("keras", fp)
 
@@ -219,12 +220,35 @@ def layer_flops(layer) -> tuple[Optional[str], float]:
     return None, 0.0
 
 
-def keras_flops(model) -> tuple[float, dict[str, float]]:
+def grouped_flops(layer) -> float:
+    """The forward FLOPs per sample of a built Keras layer's grouped (depthwise)
+    convolution: all of a depthwise or grouped convolution's, a separable one's depthwise
+    part; 0 for any other layer."""
+    name = type(layer).__name__
+    try:
+        inp = _dims(layer.input.shape)[1:]
+        out = _dims(layer.output.shape)[1:]
+    except Exception:
+        return 0.0
+    spatial = math.prod(out[:-1]) if len(out) > 1 else 1
+    if name.startswith(("DepthwiseConv", "SeparableConv")):
+        return 2.0 * math.prod(layer.kernel_size) * inp[-1] * layer.depth_multiplier * spatial
+    if name.startswith("Conv") and (getattr(layer, "groups", 1) or 1) > 1:
+        return layer_flops(layer)[1]
+    return 0.0
+
+
+def keras_flops(model) -> tuple[float, dict[str, float], float]:
+    """Forward FLOPs per sample, their shares by kind, and the share of them in grouped
+    convolutions."""
     from .record import FLOP_KINDS
     per_kind: dict[str, float] = {k: 0.0 for k in FLOP_KINDS}
+    grouped = 0.0
     for layer in _layers(model):
         kind, flops = layer_flops(layer)
         if kind:
             per_kind[kind] += flops
+            grouped += grouped_flops(layer)
     total = sum(per_kind.values())
-    return total, {k: (v / total if total else 0.0) for k, v in per_kind.items()}
+    return (total, {k: (v / total if total else 0.0) for k, v in per_kind.items()},
+            grouped / total if total else 0.0)

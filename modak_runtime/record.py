@@ -48,6 +48,9 @@ class Fingerprint:
     # each pays the framework's per-operation overhead, which FLOPs and traffic do not show
     ops_per_step: Optional[int] = None
     flop_share: dict[str, float] = field(default_factory=dict)  # FLOP_KINDS -> share (forward)
+    # the share of the forward FLOPs in grouped convolutions (depthwise ones: a
+    # MobileNet's, a ConvNeXt's), part of conv's: few FLOPs for the traffic they make
+    grouped_share: Optional[float] = None
     batch_size: Optional[int] = None
     input_shape: Optional[list[int]] = None
     dtype: Optional[str] = None
@@ -118,6 +121,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "elements_per_step": ("REAL", "fingerprint.elements_per_step"),
     "ops_per_step": ("INTEGER", "fingerprint.ops_per_step"),
     **{f"flops_{k}": ("REAL", f"fingerprint.flop_share.{k}") for k in FLOP_KINDS},
+    "flops_grouped": ("REAL", "fingerprint.grouped_share"),
     "batch_size": ("INTEGER", "fingerprint.batch_size"),
     "input_shape": ("TEXT", "fingerprint.input_shape"),
     "image_size": ("INTEGER", None),

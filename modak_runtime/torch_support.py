@@ -374,6 +374,7 @@ class _FlopCounter:
         self.ops = 0  # the operations the step dispatched (no views, no casts): each pays
         #               the framework's per-operation overhead in eager mode
         self.forward: dict[str, float] = defaultdict(float)
+        self.grouped = 0.0  # forward FLOPs of grouped (depthwise) convolutions
         self.stack: list[str] = []
         self.in_backward = False
         self.matmul_dtypes: dict[str, int] = defaultdict(int)
@@ -464,6 +465,8 @@ class _FlopCounter:
             self.matmul_dtypes[str(tensor.dtype).replace("torch.", "")] += 1
         if self.in_backward:
             return
+        if name in ("convolution", "_convolution") and len(args) > 8 and args[8] != 1:
+            self.grouped += flops  # (aten.convolution's ninth argument: its groups)
         kind = next((k for k in reversed(self.stack) if k), None)
         if kind is None:
             kind = ("conv" if "conv" in name else "attention" if "attention" in name
@@ -485,6 +488,7 @@ class _FlopCounter:
         fp.elements_per_step = self.elements or None
         fp.ops_per_step = self.ops or None
         fp.flop_share = {k: (self.forward.get(k, 0.0) / fwd if fwd else 0.0) for k in FLOP_KINDS}
+        fp.grouped_share = self.grouped / fwd if fwd else 0.0
         fp.method = "torch dispatch: torch.utils.flop_counter formulas, one step"
         if self.matmul_dtypes:
             s.effect["matmul_dtype"] = max(self.matmul_dtypes, key=self.matmul_dtypes.get)

@@ -191,6 +191,7 @@ def test_fingerprint_of_the_papers_mnist_cnn_matches_a_count_by_hand():
     assert fp["flops_per_step"] == (forward + backward) * 128
     assert fp["batch_size"] == 128 and fp["input_shape"] == [1, 28, 28]
     assert fp["flop_share"]["conv"] == pytest.approx((conv1 + conv2) / forward)
+    assert fp["grouped_share"] == 0.0  # (no grouped convolution)
     assert fp["id"].startswith("fp-")
     # the elements the step wrote: at least every forward output and its gradient (conv1,
     # conv2, pooling, dense, logits), at most a few times that and the parameters' updates
@@ -206,6 +207,42 @@ def test_fingerprint_of_the_papers_mnist_cnn_matches_a_count_by_hand():
     assert bf16["effect"]["matmul_dtype"] == "bfloat16"
     assert bf16["fingerprint"]["elements_per_step"] == fp["elements_per_step"]
     assert bf16["fingerprint"]["ops_per_step"] == fp["ops_per_step"]
+
+
+def test_fingerprint_counts_the_share_of_grouped_convolutions():
+    """A depthwise-separable block: the depthwise convolution's forward FLOPs, counted by
+    hand, over the step's forward FLOPs (its share of conv's: few FLOPs, much traffic)."""
+    need("torch")
+    rc, _, rec, err = run(SCRIPTS / "depthwise.py", "4")
+    assert rc == 0, err
+    fp = rec["fingerprint"]
+    pixels = 16 * 16  # (padding 1: every convolution keeps 16 x 16)
+    dense, depthwise = 2 * 9 * 3 * 8 * pixels, 2 * 9 * 1 * 8 * pixels
+    pointwise, linear = 2 * 8 * 16 * pixels, 2 * 16 * 10
+    forward = dense + depthwise + pointwise + linear
+    assert fp["grouped_share"] == pytest.approx(depthwise / forward)
+    assert fp["flop_share"]["conv"] == pytest.approx((forward - linear) / forward)
+
+
+def test_keras_fingerprint_counts_depthwise_convolutions_alike():
+    """Keras' analytic count: a depthwise layer's FLOPs, and a separable one's depthwise
+    part, are its grouped share."""
+    need("keras")
+    import keras
+
+    from modak_runtime.keras_support import keras_flops
+    model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.Conv2D(8, 3, padding="same"),
+                              keras.layers.DepthwiseConv2D(3, padding="same"),
+                              keras.layers.SeparableConv2D(16, 3, padding="same"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(10)])
+    pixels = 16 * 16
+    conv, depthwise = 2 * 9 * 3 * 8 * pixels, 2 * 9 * 8 * pixels
+    separable = 2 * 9 * 8 * pixels + 2 * 8 * 16 * pixels
+    dense = 2 * 16 * 10
+    total, shares, grouped = keras_flops(model)
+    assert total == pytest.approx(conv + depthwise + separable + dense)
+    assert grouped == pytest.approx(2 * depthwise / total)  # (the separable's is as large)
+    assert shares["conv"] == pytest.approx((total - dense) / total)
 
 
 def test_fingerprint_of_a_transformer_counts_attention():

@@ -5,7 +5,7 @@ features that describe **what** runs and **where**, never **which** by name:
 
 - the workload, by its measured fingerprint: trainable parameters, FLOPs per sample, the
   batch, and the share of its forward FLOPs by layer kind (convolution, dense, attention,
-  recurrent, normalisation);
+  recurrent, normalisation; and of the convolutions', the grouped ones: depthwise);
 - the target, by what its probe measured (``modak probe``): fp32 matrix GFLOP/s, the bf16
   to fp32 ratio (about 4 with native bf16 instructions, 1/50 without), memory bandwidth,
   and the threads the job gets;
@@ -35,10 +35,12 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 5  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 6  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
-SHARES = ["conv", "linear", "attention", "recurrent", "norm"]  # (+ other = the rest)
+# the forward FLOPs' shares by layer kind (+ other = the rest), and ``grouped``: the part of
+# conv's in grouped (depthwise) convolutions, which make much traffic for few FLOPs
+SHARES = ["conv", "linear", "attention", "recurrent", "norm", "grouped"]
 MATMUL = ["conv", "linear", "attention", "recurrent"]  # the shares reduced precision speeds up
 CATEGORICAL = ["framework", "compiler", "allocator", "precision", "channels_last", "onednn",
                "accelerator"]

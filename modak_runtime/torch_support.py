@@ -23,6 +23,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import math
 import os
 import sys
 import warnings
@@ -425,7 +426,9 @@ class _FlopCounter:
             self.ops += 1
         name = packet.__name__
         formula = self.registry.get(packet)
-        if formula is not None:
+        if name == "convolution_backward" and len(args) > 10 and args[9] != 1:
+            flops = _grouped_conv_backward(args)
+        elif formula is not None:
             flops = float(formula(*args, **kwargs, out_val=out))
         elif name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
             q, k = args[0], args[1]  # (batch, heads, L, E), (batch, heads, S, E)
@@ -493,6 +496,19 @@ class _FlopCounter:
         if self.matmul_dtypes:
             s.effect["matmul_dtype"] = max(self.matmul_dtypes, key=self.matmul_dtypes.get)
         fp.id = fingerprint_id("pytorch", fp)
+
+
+def _grouped_conv_backward(args) -> float:
+    """FLOPs of ``aten.convolution_backward`` for a grouped convolution (its tenth argument,
+    ``groups``, not 1): each gradient it computes (``output_mask``: input, weight) costs the
+    forward's FLOPs, 2 x batch x the positions the kernel visits x the weight's elements.
+    torch's formula leaves the groups out of the weight's gradient and counts it as if every
+    input channel met every output channel: a depthwise 7x7 convolution's backward came to
+    49x its forward, not 2x."""
+    grad_out, inp, weight, transposed, mask = args[0], args[1], args[2], args[7], args[10]
+    visited = inp.shape[2:] if transposed else grad_out.shape[2:]
+    forward = 2.0 * inp.shape[0] * math.prod(visited) * weight.numel()
+    return forward * sum(1 for m in mask[:2] if m)
 
 
 def _written(out, tensor_type) -> int:

@@ -211,7 +211,8 @@ def test_fingerprint_of_the_papers_mnist_cnn_matches_a_count_by_hand():
 
 def test_fingerprint_counts_the_share_of_grouped_convolutions():
     """A depthwise-separable block: the depthwise convolution's forward FLOPs, counted by
-    hand, over the step's forward FLOPs (its share of conv's: few FLOPs, much traffic)."""
+    hand, over the step's forward FLOPs (its share of conv's: few FLOPs, much traffic); and
+    the step's FLOPs, the grouped convolution's backward counted as its forward's twice."""
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "depthwise.py", "4")
     assert rc == 0, err
@@ -222,6 +223,11 @@ def test_fingerprint_counts_the_share_of_grouped_convolutions():
     forward = dense + depthwise + pointwise + linear
     assert fp["grouped_share"] == pytest.approx(depthwise / forward)
     assert fp["flop_share"]["conv"] == pytest.approx((forward - linear) / forward)
+    # the step: each layer's backward twice its forward (input and weight gradients), the
+    # first's once (no input gradient); torch's formula alone counted the depthwise
+    # convolution's weight gradient 8x (its groups)
+    step = 2 * dense + 3 * (depthwise + pointwise + linear)
+    assert fp["flops_per_step"] == pytest.approx(4 * step)
 
 
 def test_keras_fingerprint_counts_depthwise_convolutions_alike():

@@ -414,9 +414,8 @@ def main() -> int:
     def configs(target: str) -> list[str]:
         return [c for c in configs_for(target) if not a.config or c in a.config]
 
-    # every cell once before any cell twice; variant 0 everywhere before variant 1
-    cells = [(f, v, t) for rep in range(a.repeats) for v in variants for t in targets
-             for f in families]
+    # variant 0 everywhere before variant 1 (in each round: see ``rounds``)
+    cells = [(f, v, t) for v in variants for t in targets for f in families]
     want = {cell: a.repeats for cell in cells}  # runs per configuration, per cell
     if a.uncertain:
         scores = uncertainty(store, boot_id())
@@ -427,10 +426,19 @@ def main() -> int:
         cells = ranked
         for c in ranked:
             print(f"  {c[0]} b{c[1]} {c[2]}: held-out error {scores[c]:.0%}, round {want[c]}")
+    # the rounds: round r of every cell (one run of each configuration measured fewer than r
+    # times here) before round r + 1 of any
+    rounds = [(r, f, v, t) for r in range(1, max(want.values(), default=0) + 1)
+              for f, v, t in dict.fromkeys(cells) if r <= want[(f, v, t)]]
+
+    def todo_of(r: int, f: str, v: int, t: str) -> list[str]:
+        return [c for c in configs(t) if counts.get(run_id(f, v, t, c), 0) < r
+                and run_id(f, v, t, c) not in broken]
+
     left = [(f, v, t, c) for f, v, t in dict.fromkeys(cells) for c in configs(t)
-            if counts.get(run_id(f, v, t, c), 0) < want[(f, v, t)]
-            and run_id(f, v, t, c) not in broken]
-    print(f"{len(left)} runs left of {sum(len(configs(t)) for _, _, t in dict.fromkeys(cells))}"
+            if run_id(f, v, t, c) not in broken
+            for _ in range(max(0, want[(f, v, t)] - counts.get(run_id(f, v, t, c), 0)))]
+    print(f"{len(left)} runs left"
           f" (repeats {a.repeats if not a.uncertain else 'one more round'})", flush=True)
     if a.list:
         for f, v, t, c in left:
@@ -438,9 +446,8 @@ def main() -> int:
         return 0
     started = time.time()
     figures: dict[str, dict] = {}
-    for f, v, t in dict.fromkeys(cells):
-        todo = [c for c in configs(t) if counts.get(run_id(f, v, t, c), 0) < want[(f, v, t)]
-                and run_id(f, v, t, c) not in broken]
+    for r, f, v, t in rounds:
+        todo = todo_of(r, f, v, t)
         if not todo:
             continue
         if a.minutes and time.time() - started > a.minutes * 60:

@@ -760,6 +760,52 @@ def test_the_campaign_counts_each_machines_runs_for_itself(tmp_path):
         assert campaign.boot_id() == f.read().strip()
 
 
+def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, monkeypatch):
+    """``--repeats 2`` on a machine that measured nothing runs every configuration of every
+    cell twice, the first round of each cell before the second of any; run again, it runs
+    nothing; ``--repeats 3`` then runs one round more.  (It ran one round an invocation.)"""
+    import csv
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
+    campaign = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(campaign)
+    with open(ROOT / "modak_lib/data/transfer-campaign.csv", newline="") as f:
+        raw = next(r["raw"] for r in csv.DictReader(f)
+                   if r["run_id"] == "transfer/mlp/b0/2c/stock")
+    ran = []
+
+    def run_one(family, variant, target, config, steps, seconds=None):
+        ran.append((family, target, config))
+        rec = json.loads(raw)
+        rec["host"]["boot_id"] = campaign.boot_id()
+        rec["metrics"]["s_per_step"] = 0.01 * len(ran)  # (each run's own record)
+        return rec
+    monkeypatch.setattr(campaign, "run_one", run_one)
+    monkeypatch.setattr(campaign, "probe", lambda target: {
+        "gflops_fp32": 200.0, "gflops_bf16": 900.0, "bandwidth_gbs": 50.0})
+    store = tmp_path / "campaign.sqlite"
+
+    def main(repeats):
+        monkeypatch.setattr(sys, "argv", [
+            "transfer_campaign.py", "--store", str(store), "--family", "mlp", "--family",
+            "gru", "--target", "2c", "--variant", "0", "--config", "stock", "--config",
+            "bf16", "--repeats", str(repeats)])
+        assert campaign.main() == 0
+    main(2)
+    assert len(ran) == 8
+    first, second = ran[:4], ran[4:]
+    assert sorted(first) == sorted(second) and len(set(first)) == 4
+    assert campaign.done(ResultsStore(store), campaign.boot_id()) == {
+        f"transfer/{f}/b0/2c/{c}": 2 for f in ("mlp", "gru") for c in ("stock", "bf16")}
+    main(2)
+    assert len(ran) == 8
+    main(3)
+    assert len(ran) == 12 and sorted(ran[8:]) == sorted(first)
+
+
 def test_a_gpu_machines_campaign_joins_the_shipped_one_as_a_target_of_its_own(tmp_path):
     """A campaign run on a GPU machine comes back as a store file; ``--merge`` adds its
     rows once (a second merge adds none), and the model's data name its GPU target apart

@@ -325,6 +325,14 @@ def eval_lines(result: dict, table_lines) -> list[str]:
                    f"its configuration's other runs ({rep['configurations']} configurations "
                    "measured twice or more, stock left out): the scatter the measured medians "
                    "carry")
+    by_target: dict[str, list[str]] = {}
+    for m in result.get("machines") or []:
+        by_target.setdefault(m["target"], []).append(
+            f"{m['factor']:.2f}x" if m["factor"] is not None else "-")
+    if by_target:
+        out.append("machines of one target (their runs' time against its median machine, "
+                   "beyond what their probes say; '-': no run shared with another): "
+                   + "; ".join(f"{t}: {', '.join(v)}" for t, v in by_target.items()))
     rep = result.get("reproducibility")
     if rep and rep["configurations"]:
         out.append(f"reproducibility across machines: {pct(rep['mape'])} MAPE of a "

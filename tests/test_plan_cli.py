@@ -227,6 +227,10 @@ def test_json_from_every_command_that_prints_data(capsys):
     # the shipped campaign measured its CPU targets on two machines each: their scatter
     rep = data["reproducibility"]
     assert rep["configurations"] > 50 and rep["targets"] >= 3 and 0 < rep["mape"] < 0.5
+    # and each machine's own speed, as a factor on time around its target's median machine
+    factors = [m["factor"] for m in data["machines"]
+               if m["target"] == "x86_64_v4/2 cores" and m["factor"] is not None]
+    assert len(factors) >= 2 and min(factors) < 1 < max(factors)
 
 
 def test_the_same_request_planned_again_into_its_folder_is_the_same_run(tmp_path, capsys):

@@ -29,8 +29,9 @@ from typing import Any
 
 from .features import TARGET_FIGURES
 from .fit import (CONFIG_KEYS, ESTIMATORS, LOCO_FOLDS, TARGET_KEYS, ModelError,
-                  config_groups, groups_of, held_out_predictions, mape, recorded_times,
-                  row_labels, stock_mask, target_id, training_frame, usable)
+                  config_groups, groups_of, held_out_predictions, machine_effects,
+                  machine_labels, mape, recorded_times, row_labels, stock_mask, target_id,
+                  training_frame, usable)
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 # held out, then told the one stock run of the cell (what the budgeted search measures first
@@ -143,8 +144,26 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
             for how, by in HOLD_OUT.items() if groups_of(df, by).nunique() > 1}
     return {"estimator": estimator, "overall": overall, "per_family": summary("workload"),
             "per_target": summary("target"), "decisions": decisions, "configurations": cfg,
-            "estimators": estimators, "rows": int(len(df)),
+            "estimators": estimators, "rows": int(len(df)), "machines": machines(df),
             "repeatability": repeatability(df), "reproducibility": reproducibility(df)}
+
+
+def machines(df) -> list[dict[str, Any]]:
+    """Per machine (its target's probe figures) of a target measured on two or more: its
+    runs and its effect on all the data (``fit.machine_effects``, None where it shares no
+    run with another), as a factor on time."""
+    import math
+
+    labels = machine_labels(df)
+    effects = machine_effects(df, labels)
+    out = []
+    for (target, label), g in df.groupby([df["target"], labels], sort=True):
+        out.append({"target": target, "machine": label, "runs": int(len(g)),
+                    "factor": math.exp(effects[label]) if label in effects else None})
+    counts: dict[str, int] = {}
+    for m in out:
+        counts[m["target"]] = counts.get(m["target"], 0) + 1
+    return [m for m in out if counts[m["target"]] > 1]
 
 
 def repeatability(df) -> dict[str, Any]:

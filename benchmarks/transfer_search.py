@@ -4,7 +4,9 @@
         [--family F ...] [--target 2c] [--job-steps 5000] [--budget 0.1] [--repeats 3]
         [--estimators linear,gbr] [--trial-overhead 2.5]
 
-For each family (``benchmarks/families/``, batch variant 0) on one target of this machine:
+For each family (``benchmarks/families/``, batch variant 0) on one target of this machine
+(described, and its grid's best taken, by this machine's campaign runs where the campaign
+ran here, else by the first machine's in the data):
 
 1. **cold plan**: the model is fitted on the shipped datasets (the transfer campaign
    among them) and ``--data`` *without* that family (the estimators of ``--estimators``,
@@ -58,7 +60,7 @@ def label_of(c: Configuration, cores: int) -> str:
 
 
 def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
-          seconds: float | None) -> Trial:
+          seconds: float | None = None) -> Trial:
     rec = tc.run_one(family, 0, target, label_of(c, cores), steps, seconds)
     m = rec["metrics"]
     failed = None if rec["status"] != "failed" and m.get("s_per_step") else \
@@ -93,6 +95,9 @@ def main() -> int:
         if cell.empty:
             print(f"{family}: not in the campaign's data on {a.target}; skipped", flush=True)
             continue
+        here = cell[cell["boot_id"] == tc.boot_id()] if "boot_id" in cell else cell.iloc[:0]
+        if len(here):  # this machine's runs: its probe's figures, its grid's best
+            cell = here
         model = fit(df[df["workload"] != family], estimators=a.estimators.split(","))
         rec = cell.iloc[0].to_dict()  # the family's fingerprint and the target's figures
         configs = [config_of(k, cores) for k in labels]

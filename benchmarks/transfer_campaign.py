@@ -1,4 +1,4 @@
-"""The transfer campaign: eleven workload families x two batch sizes x three targets.
+"""The transfer campaign: sixteen workload families x two batch sizes x three targets.
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
@@ -98,6 +98,14 @@ FAMILIES: dict[str, tuple[str, list[list[str]]]] = {
     "lstm-lm": ("lstm_lm.py", [["--batch-size", "8"], ["--batch-size", "32"]]),
     "vit": ("vit.py", [["--batch-size", "8"], ["--batch-size", "32"]]),
     "conv1d": ("conv1d.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
+    # second of a kind (depthwise convolutions; embedding tables; dense layers; a recurrent
+    # cell stepped in Python, thousands of small operations a step) and an upsampling
+    # network, added on a later machine
+    "convnext": ("convnext.py", [["--batch-size", "8"], ["--batch-size", "32"]]),
+    "text-classifier": ("text_classifier.py", [["--batch-size", "64"], ["--batch-size", "512"]]),
+    "autoencoder": ("autoencoder.py", [["--batch-size", "32"], ["--batch-size", "256"]]),
+    "unet": ("unet.py", [["--batch-size", "4"], ["--batch-size", "16"]]),
+    "char-rnn": ("char_rnn.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
 }
 
 # target -> (CPU affinity or None for all, environment, microarchitecture name)

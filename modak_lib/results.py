@@ -23,7 +23,7 @@ from .perf.features import HOST_IMAGE, TARGET_FIGURES
 from .errors import ModakError
 
 SHIPPED = Path(__file__).parent / "data" / "measurements.csv"
-# the transfer campaign (benchmarks/transfer_campaign.py): eleven workload families on three
+# the transfer campaign (benchmarks/transfer_campaign.py): sixteen workload families on three
 # targets, the data the model transfers from; shipped so that an installed MODAK has it
 CAMPAIGN = SHIPPED.with_name("transfer-campaign.csv")
 SHIPPED_DATASETS = (SHIPPED, CAMPAIGN)

@@ -357,8 +357,10 @@ class Plan(Strict):
     stdout: str = Field(description="the job's output file, in the run directory")
     stderr: Optional[str] = Field(None, description="its error file; null: in stdout")
     walltime_s: Optional[int] = Field(None, description="the job's wall-time limit")
-    steps: Optional[int] = Field(None, description="the optimizer steps the application "
-                                 "states (its ``steps``); null: not stated")
+    steps: Optional[int] = Field(None, description="the optimizer steps the job will run: "
+                                 "as the application states (its ``steps``), else as its "
+                                 "last full run under the same script and arguments made; "
+                                 "null: neither")
     autotune: tuple[Configuration, ...] = Field(
         (), description="candidates a short autotuning trial should measure")
     search: bool = Field(

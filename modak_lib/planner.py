@@ -43,6 +43,10 @@ class Predictor(Protocol):
         """Per configuration, why it must not be offered (a knob that cannot be applied to
         this workload, a configuration it failed under), or None."""
 
+    def job_steps(self, request: JobRequest) -> Optional[tuple[int, Optional[str]]]:
+        """The steps the request's job made when it last ran in full under the same script
+        and arguments, and that run's id; None when it never did."""
+
 
 AUTOTUNE_K = 3  # candidates a proposed autotuning trial runs (and stock)
 LOSS_TOLERANCE = 0.05  # a measured loss worse than stock's by more than this changes the result
@@ -62,6 +66,8 @@ class Decision:
     launcher: Launcher
     inner_launcher: Launcher
     notes: tuple[str, ...]
+    # the optimizer steps the job will run as stated or measured (not a wall-time guess)
+    known_steps: Optional[int] = None
 
 
 # ---------------------------------------------------------------------------
@@ -202,15 +208,25 @@ def _with_stock(trials: tuple[Configuration, ...], stock: Optional[Configuration
     return trials if stock is None or stock in trials else trials + (stock,)
 
 
-def planned_steps(request: JobRequest, res: Resources, stock: Optional[Prediction]
-                  ) -> Optional[int]:
-    """The optimizer steps the job will run: the application's ``steps``, else as many as
-    its wall time holds at stock's speed; None when neither is known."""
+def planned_steps(request: JobRequest, res: Resources, stock: Optional[Prediction],
+                  measured: Optional[tuple[int, Optional[str]]] = None
+                  ) -> tuple[Optional[int], str]:
+    """The optimizer steps the job will run, and where that figure comes from: the
+    application's ``steps``; else the steps its last full run under the same script and
+    arguments made (``measured``: steps, run id); else as many as its wall time holds at
+    stock's speed (an upper bound: a job that stops sooner makes a compiler's warm-up
+    weigh more); (None, "") when none is known."""
     if request.application.steps:
-        return request.application.steps
+        return request.application.steps, "stated by the application's steps"
+    if measured:
+        steps, run = measured
+        return steps, ("as its last full run under these arguments made"
+                       + (f" ({run})" if run else ""))
     if res.walltime_s and stock is not None and stock.seconds > 0:
-        return max(1, int(res.walltime_s / stock.seconds))
-    return None
+        return (max(1, int(res.walltime_s / stock.seconds)),
+                f"as many as its wall time ({res.walltime_s:g} s) holds at stock's "
+                "predicted speed: the application states no steps and never ran in full")
+    return None, ""
 
 
 def job_seconds(p: Prediction, steps: Optional[int]) -> float:
@@ -292,7 +308,8 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     keep = [i for i, c in enumerate(configs) if c not in dict(rejected)]
     configs, predictions = [configs[i] for i in keep], [predictions[i] for i in keep]
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
-    job_steps = planned_steps(request, res, dict(predicted).get(stock))
+    ran = predictor.job_steps(request) if predictor is not None else None
+    job_steps, steps_from = planned_steps(request, res, dict(predicted).get(stock), ran)
     if predicted:
         decided_by = "model"
         unpredicted = [c for c, p in zip(configs, predictions) if p is None]
@@ -300,9 +317,10 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         predicted.sort(key=lambda cp: (job_seconds(cp[1], job_steps), -scores[cp[0].image],
                                        cp[0].label()))
         if job_steps and any(p.warmup_s for _, p in predicted):
-            notes.append(f"ranked by the time of a {job_steps}-step job: each candidate's "
-                         "warm-up (compilation) once, as measured (a compiler this workload "
-                         "never ran with: as measured of the others), then its steps")
+            notes.append(f"ranked by the time of a {job_steps}-step job ({steps_from}): "
+                         "each candidate's warm-up (compilation) once, as measured (a "
+                         "compiler this workload never ran with: as measured of the "
+                         "others), then its steps")
         best, best_p = predicted[0]
         ranked = predicted + [(c, None) for c in sorted(
             unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
@@ -367,4 +385,5 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     return Decision(chosen=best, candidates=tuple(candidates), decided_by=decided_by,
                     autotune=autotune, search=search,
                     match=match, matches=tuple(matches), resources=res, runtime=runtime,
-                    launcher=outer, inner_launcher=inner, notes=tuple(notes))
+                    launcher=outer, inner_launcher=inner, notes=tuple(notes),
+                    known_steps=request.application.steps or (ran[0] if ran else None))

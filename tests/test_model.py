@@ -560,6 +560,50 @@ def test_a_compiler_never_measured_for_the_workload_pays_its_measured_warm_up():
     assert stock.measured and p.seconds < 0.7 * stock.seconds  # faster per step
 
 
+def test_a_job_that_states_no_steps_is_as_long_as_its_last_full_run():
+    """A user's script takes its own step argument (``--iters 200``), which MODAK cannot
+    read: the job's length is then the steps its last deploy under the same script and
+    arguments made, not as many as its wall time holds; a trial (capped: a few steps) is
+    not the job's length.  So a 200-step job stays eager once it ran, where the wall-time
+    guess (an hour: tens of thousands of steps) paid for the compiler."""
+    from modak_lib.workload import key
+
+    df = synthetic(noise=0.01, skip={("mnist-cnn", "torch.compile:default", t, a, p)
+                                     for t in (1, 2) for a in ALLOC for p in PREC})
+    compiled = df["compiler"] == "torch.compile:default"
+    df.loc[compiled, "s_per_step"] *= 0.5 / math.exp(COMPILER["torch.compile:default"])
+    df.loc[compiled, "compile_s"] = 60.0
+    df.loc[~compiled, "compile_s"] = 0.5
+    req = mnist_request()
+    req = req.model_copy(update={"application": req.application.model_copy(
+        update={"arguments": ("--iters", "200")})})
+    ran = row("mnist-cnn", "off", 2, "glibc", "fp32", 0.05) | {
+        "source": "deploy", "run_id": "job-run", "workload_key": key(req.application),
+        "steps": 200, "recorded_at": "2026-11-23T00:00:00+00:00"}
+    trial = ran | {"source": "autotune", "run_id": "trial-run", "steps": 12,
+                   "recorded_at": "2026-11-24T00:00:00+00:00"}
+    other = ran | {"workload_key": "wk-other-arguments", "steps": 900000, "run_id": "other"}
+
+    def plan(*extra):
+        data = pd.concat([df, pd.DataFrame(list(extra))], ignore_index=True) if extra else df
+        return make_plan(req, predictor=predictor_for(data), run_id="t").plan
+
+    guessed = plan(other)
+    assert guessed.decided_by == "model" and guessed.steps is None
+    assert guessed.chosen.compiler == "torch.compile:default"
+    assert any("wall time (3600 s) holds at stock's predicted speed" in n
+               for n in guessed.notes), guessed.notes
+    known = plan(other, ran, trial)
+    assert known.steps == 200 and known.chosen.compiler is None
+    assert any(n.startswith("ranked by the time of a 200-step job (as its last full run under "
+                            "these arguments made (job-run))") for n in known.notes), known.notes
+    # the application's own statement wins over what was measured
+    stated = make_plan(req.model_copy(update={"application": req.application.model_copy(
+        update={"steps": 1_000_000})}), predictor=predictor_for(
+            pd.concat([df, pd.DataFrame([ran])], ignore_index=True)), run_id="t").plan
+    assert stated.steps == 1_000_000 and stated.chosen.compiler == "torch.compile:default"
+
+
 def test_the_plot_writes_a_png_of_the_held_out_predictions(tmp_path):
     pytest.importorskip("matplotlib")
     from modak_lib.results import ResultsStore, load_frame

@@ -241,6 +241,9 @@ class Measured:
     def exclusions(self, request, configs):
         return [None] * len(configs)
 
+    def job_steps(self, request):
+        return None
+
     def predict(self, request, configs):
         from modak_lib.models import Prediction
         out = []

@@ -695,7 +695,8 @@ def _plain(v: Any) -> Any:
 def workload_table(df) -> list[dict[str, Any]]:
     """Per workload (its key, else its label and framework): the latest fingerprint (with
     its FLOP shares), the knobs the runtime refused to apply to it and the configurations
-    it failed under.
+    it failed under; and the job's length: the optimizer steps its latest full job made
+    (``job_steps``, ``job_run``: a deploy's run, not a trial, which its caps stop early).
 
     A refusal or a failure is recorded with its place (``features.place``: the image and
     the target) and answers for that place only (``features.same_place``): torch.compile
@@ -706,7 +707,8 @@ def workload_table(df) -> list[dict[str, Any]]:
 
     d = df.copy()
     for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
-                "run_id", "recorded_at", "raw", *F.PLACE_KEYS, *F.WORKLOAD_FIGURES):
+                "run_id", "recorded_at", "raw", "source", "steps", *F.PLACE_KEYS,
+                *F.WORKLOAD_FIGURES):
         if col not in d:
             d[col] = None
     d["status"] = d["status"].fillna("ok")
@@ -724,6 +726,9 @@ def workload_table(df) -> list[dict[str, Any]]:
                                               "framework", "trainable_parameters",
                                               "batch_size", "image_size",
                                               *F.WORKLOAD_FIGURES)}
+        jobs = ok[(ok["source"] == "deploy") & (pd.to_numeric(ok["steps"], errors="coerce") > 0)]
+        entry["job_steps"] = int(jobs["steps"].iloc[-1]) if len(jobs) else None
+        entry["job_run"] = _plain(jobs["run_id"].iloc[-1]) if len(jobs) else None
         refused: dict[tuple, Optional[dict[str, Any]]] = {}
         failed: dict[tuple, Optional[dict[str, Any]]] = {}
         for r in g.to_dict("records"):

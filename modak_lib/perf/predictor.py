@@ -204,6 +204,15 @@ class FastPredictor:
                    and (not app.batch_size or w.get("batch_size") == app.batch_size)]
         return hit[-1] if hit else None
 
+    def job_steps(self, request: JobRequest) -> Optional[tuple[int, Optional[str]]]:
+        """The optimizer steps this request's job made when it last ran in full (a deploy,
+        not a trial) under the same framework, script and arguments (its key), with that
+        run's id; None when it never did."""
+        key = workload_key(request.application)
+        hit = [w for w in self.workloads
+               if w.get("workload_key") == key and w.get("job_steps")]
+        return (int(hit[-1]["job_steps"]), hit[-1].get("job_run")) if hit else None
+
     def exclusions(self, request: JobRequest, configs: Sequence[Configuration]
                    ) -> list[Optional[str]]:
         """Why a configuration must not be offered for this workload here (None: it may):

@@ -99,7 +99,7 @@ class ActionModule(ActionBase):
                      if Configuration(**c["configuration"]) == stock), None) or {}
         per_step = pred.get("seconds")
         wall = plan.get("walltime_s")
-        stated = args["job_steps"] or plan.get("steps") or 0  # the variable, else the request
+        stated = args["job_steps"] or plan.get("steps") or 0  # the variable, else the plan's
         steps = stated or (int(wall / per_step) if wall and per_step else 0) or 10000
         expected = steps * per_step if per_step else (wall or 3600)
         budget = args["budget_fraction"] * expected

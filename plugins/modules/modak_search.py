@@ -24,8 +24,9 @@ description:
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round is cut to the trials the budget
     affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
-    and stock is kept), and after it, for a job of stated steps (O(job_steps) or the plan's
-    C(steps)), the budget is re-based on the job's time at stock's measured speed.
+    and stock is kept), and after it, for a job of known steps (O(job_steps) or the plan's
+    C(steps): stated, or measured by its last full run), the budget is re-based on the
+    job's time at stock's measured speed.
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial is not capped.
@@ -66,8 +67,9 @@ options:
     type: float
     default: 0.1
   job_steps:
-    description: Optimizer steps the job will run (0 - the steps the request's application
-      states, the plan's C(steps), else from the wall time and stock's speed).
+    description: Optimizer steps the job will run (0 - the plan's C(steps), which the request's
+      application states or its last full run under the same arguments made, else from the
+      wall time and stock's speed).
     type: int
     default: 0
   first_steps:

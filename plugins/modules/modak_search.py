@@ -25,7 +25,7 @@ description:
     predicted speed, else its wall time); the first round is cut to the trials the budget
     affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
     and stock is kept), and after it, for a job of known steps (O(job_steps) or the plan's
-    C(steps): stated, or measured by its last full run), the budget is re-based on the
+    C(steps), stated or measured by its last full run), the budget is re-based on the
     job's time at stock's measured speed.
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget

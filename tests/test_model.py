@@ -520,17 +520,23 @@ def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
         in both.source
 
 
-def test_a_compiler_never_measured_for_the_workload_pays_its_measured_warm_up():
-    """MNIST-CNN never ran compiled; ResNet-18 did: 2x faster per step, after 60 s of
-    compilation.  The model predicts MNIST-CNN's compiled steps faster, and the planner
-    charges them the compiler's measured warm-up once: a 200-step job stays eager, a
-    million-step one compiles."""
+def compiled_only_elsewhere():
+    """MNIST-CNN never compiled; ResNet-18 compiled: 2x faster per step after 60 s."""
     df = synthetic(noise=0.01, skip={("mnist-cnn", "torch.compile:default", t, a, p)
                                      for t in (1, 2) for a in ALLOC for p in PREC})
     compiled = df["compiler"] == "torch.compile:default"
     df.loc[compiled, "s_per_step"] *= 0.5 / math.exp(COMPILER["torch.compile:default"])
     df.loc[compiled, "compile_s"] = 60.0
     df.loc[~compiled, "compile_s"] = 0.5
+    return df
+
+
+def test_a_compiler_never_measured_for_the_workload_pays_its_measured_warm_up():
+    """MNIST-CNN never ran compiled; ResNet-18 did: 2x faster per step, after 60 s of
+    compilation.  The model predicts MNIST-CNN's compiled steps faster, and the planner
+    charges them the compiler's measured warm-up once: a 200-step job stays eager, a
+    million-step one compiles."""
+    df = compiled_only_elsewhere()
     predictor = predictor_for(df)
 
     def plan(steps):
@@ -568,12 +574,7 @@ def test_a_job_that_states_no_steps_is_as_long_as_its_last_full_run():
     guess (an hour: tens of thousands of steps) paid for the compiler."""
     from modak_lib.workload import key
 
-    df = synthetic(noise=0.01, skip={("mnist-cnn", "torch.compile:default", t, a, p)
-                                     for t in (1, 2) for a in ALLOC for p in PREC})
-    compiled = df["compiler"] == "torch.compile:default"
-    df.loc[compiled, "s_per_step"] *= 0.5 / math.exp(COMPILER["torch.compile:default"])
-    df.loc[compiled, "compile_s"] = 60.0
-    df.loc[~compiled, "compile_s"] = 0.5
+    df = compiled_only_elsewhere()
     req = mnist_request()
     req = req.model_copy(update={"application": req.application.model_copy(
         update={"arguments": ("--iters", "200")})})

@@ -363,6 +363,12 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
     _ok(proc)
     assert re.search(r"chose (.+?) after (\d+) trials in 1 round", proc.stdout), \
         proc.stdout[-3000:]
+    # and why: how the budget was set (kept in the search's state from its first step) and
+    # each candidate's verdict, stock's among them
+    assert re.search(r"\"budget \d+ s: 100% of the job's expected \d+ s", proc.stdout), \
+        proc.stdout[-3000:]
+    assert re.search(r"\"pytorch-2.13.0-cpu compiler=off threads=\d+ alloc=glibc prec=fp32: "
+                     r"(stock|chosen)", proc.stdout), proc.stdout[-3000:]
     rows = ResultsStore(tmp_path / "store.sqlite").rows()
     trials = [r for r in rows if r["source"] == "autotune"]
     jobs = [r for r in rows if r["source"] != "autotune"]

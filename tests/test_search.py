@@ -355,3 +355,11 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
     short, how = ActionModule._start(known, args, Configuration)
     assert short.next_round() is None and short.outcome().chosen == STOCK
     assert "too short" in short.out.verdicts[STOCK.label()]
+    # what the deploy says of it: the summary, the budget, each candidate's verdict
+    report = ActionModule.report(short.out, how)
+    assert report[0].startswith(f"chose {STOCK.label()} after 0 trials")
+    assert report[1] == "budget " + how and how.startswith("9 s: 10% of the job's expected 90 s")
+    assert report[2:] == [
+        f"{BF16.label()}: not tried: the job is too short for trials",
+        f"{STOCK.label()}: chosen without trials: the budget affords 0 (10 s a trial, 9 s of "
+        "budget); the job is too short for trials to pay for themselves"]

@@ -55,7 +55,8 @@ class ActionModule(ActionBase):
             return result
         if os.path.exists(path):
             with open(path) as f:
-                halving = Halving.from_state(json.load(f))
+                state = json.load(f)
+            halving, how = Halving.from_state(state), state.get("budget_how")
         else:
             halving, how = self._start(plan, args, Configuration)
             result["budget"] = how
@@ -63,7 +64,7 @@ class ActionModule(ActionBase):
             halving.record([self._trial(r, Trial, Configuration) for r in args["record"]])
         step = halving.next_round()
         write_atomic(os.path.dirname(path) or ".", os.path.basename(path),
-                     json.dumps(halving.state()))
+                     json.dumps(dict(halving.state(), budget_how=how)))
         out = halving.out
         result.update(changed=bool(args["record"]), done=step is None, rounds=out.rounds,
                       spent_s=round(out.spent_s, 1), budget_s=round(out.budget_s, 1),
@@ -72,6 +73,7 @@ class ActionModule(ActionBase):
             stock = halving.last.get(halving.stock)
             chosen = halving.last.get(out.chosen)
             result.update(chosen=out.chosen.model_dump(mode="json"), msg=out.summary(),
+                          report=self.report(out, how),
                           trials=[], job_s={"stock": _s(stock, halving, job_seconds),
                                             "chosen": _s(chosen, halving, job_seconds)})
         else:
@@ -79,6 +81,13 @@ class ActionModule(ActionBase):
                           msg="round %d: %d trial(s) of %d steps" % (
                               out.rounds + 1, len(step[0]), step[1]))
         return result
+
+    @staticmethod
+    def report(out, how):
+        """What a user reads of a finished search: the summary, how the budget was set, and
+        each candidate's verdict (why it was chosen, dropped, rejected or not tried)."""
+        return ([out.summary()] + (["budget " + how] if how else [])
+                + ["%s: %s" % kv for kv in sorted(out.verdicts.items())])
 
     @staticmethod
     def _start(plan, args, Configuration):

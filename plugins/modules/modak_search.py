@@ -153,6 +153,13 @@ verdicts:
   description: Per candidate, why it was dropped, rejected or chosen.
   returned: always
   type: dict
+report:
+  description:
+    - What a user reads of the finished search, a line each - the summary, how the budget
+      was set and each candidate's verdict.
+  returned: when done
+  type: list
+  elements: str
 job_s:
   description: The job's time with stock and with the choice, as the trials measured them.
   returned: when done

@@ -208,20 +208,28 @@ def _with_stock(trials: tuple[Configuration, ...], stock: Optional[Configuration
     return trials if stock is None or stock in trials else trials + (stock,)
 
 
-def planned_steps(request: JobRequest, res: Resources, stock: Optional[Prediction],
-                  measured: Optional[tuple[int, Optional[str]]] = None
-                  ) -> tuple[Optional[int], str]:
-    """The optimizer steps the job will run, and where that figure comes from: the
-    application's ``steps``; else the steps its last full run under the same script and
-    arguments made (``measured``: steps, run id); else as many as its wall time holds at
-    stock's speed (an upper bound: a job that stops sooner makes a compiler's warm-up
-    weigh more); (None, "") when none is known."""
+def known_steps(request: JobRequest, measured: Optional[tuple[int, Optional[str]]]
+                ) -> Optional[tuple[int, str]]:
+    """The optimizer steps the job will run as far as they are known, and where that figure
+    comes from: the application's ``steps``; else the steps its last full run under the
+    same script and arguments made (``measured``: steps, run id); None when neither."""
     if request.application.steps:
         return request.application.steps, "stated by the application's steps"
     if measured:
         steps, run = measured
         return steps, ("as its last full run under these arguments made"
                        + (f" ({run})" if run else ""))
+    return None
+
+
+def planned_steps(res: Resources, stock: Optional[Prediction],
+                  known: Optional[tuple[int, str]]) -> tuple[Optional[int], str]:
+    """The steps the job is ranked by, and where they come from: the ``known`` ones
+    (:func:`known_steps`), else as many as its wall time holds at stock's speed (an upper
+    bound: a job that stops sooner makes a compiler's warm-up weigh more); (None, "") when
+    neither."""
+    if known:
+        return known
     if res.walltime_s and stock is not None and stock.seconds > 0:
         return (max(1, int(res.walltime_s / stock.seconds)),
                 f"as many as its wall time ({res.walltime_s:g} s) holds at stock's "
@@ -308,8 +316,9 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     keep = [i for i, c in enumerate(configs) if c not in dict(rejected)]
     configs, predictions = [configs[i] for i in keep], [predictions[i] for i in keep]
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
-    ran = predictor.job_steps(request) if predictor is not None else None
-    job_steps, steps_from = planned_steps(request, res, dict(predicted).get(stock), ran)
+    known = known_steps(request, predictor.job_steps(request) if predictor is not None
+                        else None)
+    job_steps, steps_from = planned_steps(res, dict(predicted).get(stock), known)
     if predicted:
         decided_by = "model"
         unpredicted = [c for c, p in zip(configs, predictions) if p is None]
@@ -386,4 +395,4 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                     autotune=autotune, search=search,
                     match=match, matches=tuple(matches), resources=res, runtime=runtime,
                     launcher=outer, inner_launcher=inner, notes=tuple(notes),
-                    known_steps=request.application.steps or (ran[0] if ran else None))
+                    known_steps=known[0] if known else None)

@@ -353,12 +353,15 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
     known = {**plan, "steps": 3000, "candidates": [
         {**c, "prediction": {"seconds": 0.03}} for c in plan["candidates"]]}
     short, how = ActionModule._start(known, args, Configuration)
+    assert how.endswith("re-based on stock's first trial")
     assert short.next_round() is None and short.outcome().chosen == STOCK
     assert "too short" in short.out.verdicts[STOCK.label()]
     # what the deploy says of it: the summary, the budget, each candidate's verdict
     report = ActionModule.report(short.out, how)
     assert report[0].startswith(f"chose {STOCK.label()} after 0 trials")
-    assert report[1] == "budget " + how and how.startswith("9 s: 10% of the job's expected 90 s")
+    # (no stock trial ran: nothing re-based it)
+    assert report[1] == "budget 9 s: 10% of the job's expected 90 s (3000 steps at stock's " \
+        "predicted 0.03 s/step)"
     assert report[2:] == [
         f"{BF16.label()}: not tried: the job is too short for trials",
         f"{STOCK.label()}: chosen without trials: the budget affords 0 (10 s a trial, 9 s of "

@@ -19,6 +19,9 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import check_library
 
+# how the budget of a job of known steps is kept: on stock's measured job time
+REBASED = "; re-based on stock's first trial"
+
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
@@ -86,6 +89,8 @@ class ActionModule(ActionBase):
     def report(out, how):
         """What a user reads of a finished search: the summary, how the budget was set, and
         each candidate's verdict (why it was chosen, dropped, rejected or not tried)."""
+        if how and not out.trials:  # (no stock trial ran to re-base the budget on)
+            how = how.replace(REBASED, "")
         return ([out.summary()] + (["budget " + how] if how else [])
                 + ["%s: %s" % kv for kv in sorted(out.verdicts.items())])
 
@@ -119,7 +124,7 @@ class ActionModule(ActionBase):
             budget, 100 * args["budget_fraction"], expected, steps,
             " at stock's predicted %.3g s/step" % per_step if per_step else
             ", stock's speed unknown: the wall time")
-            + ("; re-based on stock's first trial" if rebase else ""))
+            + (REBASED if rebase else ""))
         return Halving(trials, stock, job_steps=steps, budget_s=budget,
                        first_steps=args["first_steps"], max_rounds=args["max_rounds"],
                        loss_tolerance=args["loss_tolerance"], budget_fraction=rebase,

@@ -435,14 +435,17 @@ def test_closed_loop_a_run_moves_the_next_prediction(tmp_path):
 
 def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
     """The planner's fast path (no scikit-learn) predicts what the fitted pipeline does:
-    the linear models' formulas, and the gradient-boosted trees' (the split model's two
-    parts, its stock level asked with the row under the stock configuration)."""
+    the linear models' formulas, the gradient-boosted trees' (the split model's two
+    parts, its stock level asked with the row under the stock configuration), and the
+    extra trees' mean."""
     from modak_lib.perf.predictor import FastPredictor, formula_of
     for estimators in (("linear",), ("linear-main",), ("linear-pairs",), ("gbr",),
-                       ("gbr-split",)):
+                       ("gbr-split",), ("extra-trees",)):
         fitted = m.fit(synthetic(noise=0.05, seed=3), estimators=estimators)
+        assert fitted.name == estimators[0]
         spec = fitted.meta["light"]["formula"]
-        assert len(spec.get("parts", [])) == {"gbr": 1, "gbr-split": 2}.get(fitted.name, 0)
+        assert len(spec.get("parts", [])) == {"gbr": 1, "gbr-split": 2,
+                                              "extra-trees": 1}.get(fitted.name, 0)
         formula = formula_of(spec)
         frame = m.training_frame(synthetic(seed=4))
         # and a workload unlike any measured (1000x the parameters, 1/1000 the FLOPs): the

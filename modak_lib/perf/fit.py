@@ -413,9 +413,15 @@ def _ridge():
     return RidgeCV(alphas=np.logspace(-3, 3, 13))
 
 
+EXTRA_TREES = 100  # trees of the extra-trees estimator (exported for the planner: a few MB)
+# a tree ensemble of more nodes than this is left to scikit-learn, not exported
+EXPORT_MAX_NODES = 150_000
+
+
 def make_estimator(name: str):
     from sklearn.compose import ColumnTransformer
-    from sklearn.ensemble import GradientBoostingRegressor, RandomForestRegressor
+    from sklearn.ensemble import (ExtraTreesRegressor, GradientBoostingRegressor,
+                                  RandomForestRegressor)
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import OneHotEncoder, PolynomialFeatures
 
@@ -437,18 +443,21 @@ def make_estimator(name: str):
         return Pipeline([("pre", pre), ("reg", GradientBoostingRegressor(random_state=0))])
     if name == "forest":
         return Pipeline([("pre", pre), ("reg", RandomForestRegressor(200, random_state=0))])
+    if name == "extra-trees":  # random split points: smoother across workloads than a forest's
+        return Pipeline([("pre", pre), ("reg", ExtraTreesRegressor(
+            EXTRA_TREES, min_samples_leaf=2, random_state=0))])
     if name in ("gbr-split", "forest-split"):  # level and ratio apart
         kind = name.removesuffix("-split")
         return _split()(kind, kind)
     raise ModelError(f"unknown estimator {name!r}")
 
 
-ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "gbr-split",
-              "forest-split")
+ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "extra-trees",
+              "gbr-split", "forest-split")
 # fitted on the way (a first plan, the refit after a run, a model of an older MODAK): each
 # in seconds on the shipped datasets, the split trees exported for the planner like the
 # linear formulas
-QUICK_ESTIMATORS = ("linear", "linear-main", "gbr-split")
+QUICK_ESTIMATORS = ("linear", "linear-main", "gbr-split", "extra-trees")
 LOCO_FOLDS = 10  # a fit's held-out-configuration error: configurations dealt into 10 folds
 
 
@@ -548,7 +557,10 @@ class FittedModel:
         joblib.dump({"estimator": self.estimator, "name": self.name, "meta": self.meta,
                      "data": self.data}, tmp)
         side = path.with_suffix(".json.tmp")
-        side.write_text(json.dumps(self.meta, indent=2) + "\n")
+        # a key a line, each value compact: an exported forest is some 10^5 numbers
+        side.write_text("{\n" + ",\n".join(
+            f"  {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}"
+            for k, v in self.meta.items()) + "\n}\n")
         tmp.replace(path)  # atomic: a killed fit leaves the previous model
         side.replace(path.with_suffix(".json"))
 
@@ -638,27 +650,38 @@ def export_linear(est) -> dict[str, Any]:
 
 
 def export_trees(est) -> Optional[dict[str, Any]]:
-    """A fitted gradient-boosting pipeline, or a ``Split`` of two, as numbers that
-    ``predictor.TreeFormula`` evaluates; None for an estimator it cannot export (a
-    forest: hundreds of deep trees, left to scikit-learn)."""
-    from sklearn.ensemble import GradientBoostingRegressor
+    """A fitted tree-ensemble pipeline (gradient boosting: init + rate x the sum of its
+    trees; extra trees or a forest: the mean of its trees, init 0 and rate 1/n), or a
+    ``Split`` of two, as numbers that ``predictor.TreeFormula`` evaluates; None for an
+    estimator it cannot export, or one of over ``EXPORT_MAX_NODES`` nodes (a forest of
+    hundreds of deep trees, left to scikit-learn)."""
+    from sklearn.ensemble import (ExtraTreesRegressor, GradientBoostingRegressor,
+                                  RandomForestRegressor)
 
     parts = [(False, est)]
     if type(est).__name__ == "Split":
         parts = [(False, est.ratio_)] + ([(True, est.level_)] if est.level_ is not None
                                           else [])
-    out = []
+    out, nodes = [], 0
     for stock, pipe in parts:
         reg = pipe.named_steps["reg"]
-        if not isinstance(reg, GradientBoostingRegressor):
+        if isinstance(reg, GradientBoostingRegressor):
+            members = list(reg.estimators_[:, 0])
+            init, rate = float(reg.init_.constant_[0][0]), float(reg.learning_rate)
+        elif isinstance(reg, (ExtraTreesRegressor, RandomForestRegressor)):
+            members = list(reg.estimators_)
+            init, rate = 0.0, 1.0 / len(members)
+        else:
+            return None
+        nodes += sum(tree.tree_.node_count for tree in members)
+        if nodes > EXPORT_MAX_NODES:
             return None
         trees = []
-        for tree in reg.estimators_[:, 0]:
+        for tree in members:
             t = tree.tree_
             trees.append([t.children_left.tolist(), t.children_right.tolist(),
                           t.feature.tolist(), t.threshold.tolist(), t.value[:, 0, 0].tolist()])
-        out.append({**_export_encoding(pipe), "stock": stock,
-                    "init": float(reg.init_.constant_[0][0]), "rate": float(reg.learning_rate),
+        out.append({**_export_encoding(pipe), "stock": stock, "init": init, "rate": rate,
                     "trees": trees})
     return {"kind": "trees", "parts": out}
 

@@ -116,7 +116,8 @@ def _float32(v: float) -> float:
 
 class TreeFormula:
     """log s/step = baseline + clip(sum over the parts of init + rate x the sum of its
-    trees' leaves, range): gradient boosting as ``fit.export_trees`` exported it.  A
+    trees' leaves, range): gradient boosting, or extra trees (init 0, rate 1/trees: their
+    mean), as ``fit.export_trees`` exported them.  A
     ``Split`` model has two parts: the configuration's ratio to its cell's stock, on the
     row's features, and the stock level, on the same row's features under the stock
     configuration (``features.as_stock``).  A number the row lacks (NaN) is taken at its

@@ -457,7 +457,7 @@ ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "extra-t
 # fitted on the way (a first plan, the refit after a run, a model of an older MODAK): each
 # in seconds on the shipped datasets, the split trees exported for the planner like the
 # linear formulas
-QUICK_ESTIMATORS = ("linear", "linear-main", "gbr-split", "extra-trees")
+QUICK_ESTIMATORS = ("linear", "linear-main", "gbr-split")
 LOCO_FOLDS = 10  # a fit's held-out-configuration error: configurations dealt into 10 folds
 
 

@@ -4,6 +4,7 @@ clean after a killed build.  Adding a runtime with images = its file, its regist
 its row in BUILDS."""
 import json
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -72,3 +73,77 @@ def test_a_killed_podman_build_leaves_working_containers_that_are_found():
     assert image.leftovers(module, {}, 99.5, spec) == ["a"]
     assert module.calls == [spec["argv"]]
     assert image.leftovers(FakeModule("not json"), {}, 0, spec) == []
+
+
+# A stand-in `podman` for the job script's signal handling: `run` is slow to create its
+# container (rootless Podman on vfs, under load): a TERM that comes meanwhile is honoured
+# only once the container exists, CREATE_S later.  The containers are files in $FAKE_STATE
+# (name: id, content: "label state").
+FAKE_PODMAN = r"""#!/bin/bash
+state=$FAKE_STATE
+case $1 in
+  run)
+    label=""
+    for a in "$@"; do case $a in --label=modak.job=*) label=${a#--label=modak.job=} ;; esac; done
+    echo "$$" > "$state/launcher.pid"
+    trap 'sleep "$CREATE_S"; echo "$label created" > "$state/c$$"; exit 143' TERM
+    while :; do sleep 0.1; done ;;
+  ps)
+    all=0; want=""
+    shift
+    while [ $# -gt 0 ]; do
+      case $1 in -a) all=1 ;; --filter) shift; want=${1#label=modak.job=} ;; esac; shift
+    done
+    for f in "$state"/c*; do
+      [ -e "$f" ] || continue
+      read -r label st < "$f"
+      [ "$label" = "$want" ] || continue
+      [ "$all" = 1 ] || [ "$st" = running ] && basename "$f"
+    done ;;
+  kill) for id in "${@: -1}"; do [ -e "$state/$id" ] && sed -i 's/ running$/ exited/' "$state/$id"; done ;;
+  rm) shift; for id in "$@"; do case $id in -*) ;; *) rm -f "$state/$id" ;; esac; done ;;
+esac
+"""
+
+
+def test_a_signal_stops_the_container_its_launcher_creates_late(tmp_path):
+    """The scheduler's TERM reaches `podman run` while it is still creating the container,
+    which it finishes (CREATE_S) after the stop's own 3 s wait: the job script waits for the
+    launcher to end, then removes what it created.  Nothing of the job is left."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from modak_lib.render import render_job_script
+    from modak_lib.shell import join
+
+    runtime = RUNTIMES["podman"]
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    (bin_dir / "podman").write_text(FAKE_PODMAN)
+    (bin_dir / "podman").chmod(0o755)
+    script = render_job_script(
+        directives=[], exports={}, source="b.yaml", chosen="stock", decided_by="test",
+        run_id="r1", stop=runtime.stop(),
+        launch=join(runtime.launch("localhost/modak/x:1", {}, 0) + ["python3", "t.py"]))
+    (tmp_path / "job.sh").write_text(script)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_STATE=str(state),
+               CREATE_S="4")
+    job = subprocess.Popen(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, env=env,
+                           start_new_session=True)
+    for _ in range(100):
+        if (state / "launcher.pid").exists():
+            break
+        time.sleep(0.05)
+    assert (state / "launcher.pid").exists(), "the launcher did not start"
+    os.killpg(job.pid, signal.SIGTERM)  # as the scheduler: the script and its launcher
+    assert job.wait(timeout=30) == -signal.SIGTERM
+    launcher = int((state / "launcher.pid").read_text())
+    for _ in range(200):  # (what a launcher left behind is there once it has ended)
+        if not Path(f"/proc/{launcher}").exists():
+            break
+        time.sleep(0.05)
+    left = sorted(p.name for p in state.iterdir() if p.name.startswith("c"))
+    assert left == [], left

@@ -34,16 +34,32 @@ modak_stop() {
   mapfile -t ids < <(podman ps -a -q --filter "label=modak.job=$MODAK_JOB_TAG" 2>/dev/null)
   [ "${#ids[@]}" -eq 0 ] || podman rm --force --time 0 --ignore "${ids[@]}" >/dev/null 2>&1
 }
-trap 'modak_stop; trap - TERM; kill -TERM $$' TERM
-trap 'modak_stop; trap - INT; kill -INT $$' INT
-trap 'modak_stop; trap - HUP; kill -HUP $$' HUP
+# The launcher can be creating its container as the signal comes, and finish that first:
+# end it, give it up to 20 s to exit (Slurm's default KillWait is 30 s), and stop again
+# whatever it created meanwhile.
+# shellcheck disable=SC2329  # called by the traps below
+modak_on_signal() {
+  modak_stop
+  [ -n "${modak_child:-}" ] || return 0
+  kill -TERM "$modak_child" 2>/dev/null
+  for _ in $(seq 40); do
+    kill -0 "$modak_child" 2>/dev/null || break
+    sleep 0.5
+  done
+  modak_stop
+}
+trap 'modak_on_signal; trap - TERM; kill -TERM $$' TERM
+trap 'modak_on_signal; trap - INT; kill -INT $$' INT
+trap 'modak_on_signal; trap - HUP; kill -HUP $$' HUP
 # This target's figures are not known yet: measure them once (GFLOP/s, bandwidth), in the
 # job's own image and allocation; MODAK's model describes the target by them.
 podman run --rm --pull=never --network=host --label=modak.job="$MODAK_JOB_TAG" --volume "$PWD":/work --workdir /work localhost/modak/pytorch-2.13.0-cpu:f551fbff8f9d python3 -m modak_runtime.probe --seconds 6 &
-wait "$!" || echo "modak: the target's probe failed; the job goes on" >&2
+modak_child=$!
+wait "$modak_child" || echo "modak: the target's probe failed; the job goes on" >&2
 modak_start=$(date +%s.%N)
 srun podman run --rm --pull=never --network=host --label=modak.job="$MODAK_JOB_TAG" --volume "$PWD":/work --workdir /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=mnist-cnn --env MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 localhost/modak/pytorch-2.13.0-cpu:f551fbff8f9d python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300 &
-wait "$!"
+modak_child=$!
+wait "$modak_child"
 modak_rc=$?
 modak_end=$(date +%s.%N)
 printf '{"modak": "job", "run_id": "%s", "exit_code": %d, "elapsed_s": %s}\n' \

@@ -288,6 +288,8 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 def eval_lines(result: dict, table_lines) -> list[str]:
     """``modak model eval`` as tables: per workload family, per target, overall."""
+    from .perf.fit import LOCO_FOLDS
+
     def pct(v: float) -> str:
         return "-" if v != v else f"{v:.1%}"
 
@@ -295,7 +297,8 @@ def eval_lines(result: dict, table_lines) -> list[str]:
         return "-" if v != v else f"{v:.2f}x"
 
     out = [f"estimator {result['estimator']}, {result['rows']} measurements; MAPE on medians "
-           "of repeats with a configuration (LOCO), a workload family (LOWO) or a target "
+           "of repeats with a configuration (LOCO: configurations dealt into "
+           f"{LOCO_FOLDS} folds), a workload family (LOWO) or a target "
            "(LOTO) held out of the fit; regret of the held-out model's choice against the "
            "best measured configuration; its worst speed-up over stock", ""]
     out[0] += ("; '+stock': the held-out model told the cell's one stock run (its ratios "
@@ -344,7 +347,6 @@ def eval_lines(result: dict, table_lines) -> list[str]:
         out.append("")
         rows = [[name, *(pct(v.get(how, float("nan"))) for how in ("loco", "lowo", "loto"))]
                 for name, v in result["estimators"].items()]
-        from .perf.fit import LOCO_FOLDS
         out += table_lines(rows, ["estimator", f"LOCO MAPE ({LOCO_FOLDS} folds)",
                                   "LOWO MAPE", "LOTO MAPE"])
     return out

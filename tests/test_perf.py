@@ -35,45 +35,57 @@ def test_features_describe_the_workload_and_the_target_not_their_names():
         cats, nums)
 
 
+# ROW's parameters' traffic: 1e6 parameters at 16 bytes each over 20 GB/s
+PARAMS_S = 1e6 * F.BYTES_PER_PARAMETER / 20e9
+
+
 def test_the_baseline_is_the_steps_arithmetic_at_the_measured_rates():
     fp32 = {**ROW, "precision": "fp32", "threads": 2}
-    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9))
-    # one thread of two: half the rate
-    assert F.baseline({**fp32, "threads": 1}) == pytest.approx(math.log(2 * 6.4e9 / 100e9))
+    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9 + PARAMS_S))
+    # one thread of two: half the rate (the traffic is the same)
+    assert F.baseline({**fp32, "threads": 1}) == pytest.approx(
+        math.log(2 * 6.4e9 / 100e9 + PARAMS_S))
     # bf16: the matrix share (conv + linear = all of it here) at the bf16 rate
-    assert F.baseline({**ROW, "threads": 2}) == pytest.approx(math.log(6.4e9 / 250e9))
+    assert F.baseline({**ROW, "threads": 2}) == pytest.approx(math.log(6.4e9 / 250e9 + PARAMS_S))
     # no native bf16 (1/50 of the fp32 rate): a bf16 step is far slower before any data
     slow = {**ROW, "threads": 2, "gflops_bf16": 2.0, "flops_conv": 0.5, "flops_linear": 0.0}
-    assert F.baseline(slow) == pytest.approx(math.log(6.4e9 / 100e9 * (0.5 + 0.5 * 50)))
+    assert F.baseline(slow) == pytest.approx(
+        math.log(6.4e9 / 100e9 * (0.5 + 0.5 * 50) + PARAMS_S))
     assert math.isnan(F.baseline({**ROW, "gflops_fp32": None}))
 
 
 def test_the_baseline_adds_the_steps_memory_traffic_which_bf16_does_not_speed_up():
     fp32 = {**ROW, "precision": "fp32", "threads": 2, "elements_per_step": 1e9}
     traffic = 1e9 * F.BYTES_PER_ELEMENT / 20e9  # written and read back at 20 GB/s
-    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9 + traffic))
+    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9 + traffic + PARAMS_S))
+    # ten times the parameters: ten times their traffic (an embedding table's step is that)
+    big = {**fp32, "trainable_parameters": 1e7}
+    assert math.exp(F.baseline(big)) - math.exp(F.baseline(fp32)) == pytest.approx(9 * PARAMS_S)
     # without native bf16 (1/50 of the fp32 rate), a step that is mostly traffic loses far
     # less than one that is all arithmetic
     slow = {**ROW, "threads": 2, "gflops_bf16": 2.0}
 
     def penalty(row):
         return math.exp(F.baseline(row) - F.baseline({**row, "precision": "fp32"}))
-    assert penalty(slow) == pytest.approx(50.0)
+    assert penalty(slow) == pytest.approx((3.2 + PARAMS_S) / (0.064 + PARAMS_S))
+    assert 40 < penalty(slow) < 50
     assert 1.0 < penalty({**slow, "elements_per_step": 1e9}) < 10.0
 
 
-def test_on_a_gpu_the_baseline_adds_the_operations_at_the_probes_time_each():
+def test_the_baseline_adds_the_operations_at_the_probes_time_each_or_the_cpus():
     fp32 = {**ROW, "precision": "fp32", "threads": 2, "ops_per_step": 300}
-    # a CPU's probe has no time per operation: the count changes nothing there
-    assert F.baseline(fp32) == pytest.approx(math.log(6.4e9 / 100e9))
-    # a GPU's does (its launches): 300 operations at 10 us are 3 ms on top of the arithmetic
-    gpu = {**fp32, "accelerator": "H100", "op_us": 10.0}
-    assert F.baseline(gpu) == pytest.approx(math.log(6.4e9 / 100e9 + 300 * 10e-6))
+    arithmetic = 6.4e9 / 100e9 + PARAMS_S
+    # a CPU's probe has no time per operation: each costs CPU_OP_US (eager dispatch)
+    assert F.baseline(fp32) == pytest.approx(math.log(arithmetic + 300 * F.CPU_OP_US * 1e-6))
+    # a GPU's probe measures it (its launches): 300 operations at 25 us are 7.5 ms
+    gpu = {**fp32, "accelerator": "H100", "op_us": 25.0}
+    assert F.baseline(gpu) == pytest.approx(math.log(arithmetic + 300 * 25e-6))
     # a tiny step on a fast GPU is mostly its launches: twice the operations, ~twice the time
-    tiny = {**gpu, "flops_per_step": 1e6, "gflops_fp32": 50_000.0}
+    tiny = {**gpu, "flops_per_step": 1e6, "gflops_fp32": 50_000.0, "trainable_parameters": 1e3}
     assert math.exp(F.baseline({**tiny, "ops_per_step": 600}) - F.baseline(tiny)) == (
         pytest.approx(2.0, rel=1e-3))
-    assert F.baseline({**gpu, "ops_per_step": None}) == pytest.approx(F.baseline(fp32))
+    # a fingerprint without the count: no operations term
+    assert F.baseline({**gpu, "ops_per_step": None}) == pytest.approx(math.log(arithmetic))
 
 
 def test_what_the_model_lacks_is_said():

@@ -17,9 +17,12 @@ The model does not learn seconds from nothing: it learns how far a step is from 
 **baseline** (:func:`baseline`), a roofline-like time at the rates the target's probe
 measured: the step's arithmetic at its GFLOP/s, with the precision and the threads the
 configuration gives it, plus the tensors the step writes (its fingerprint's elements per
-step) written and read back once at the measured bandwidth; on a GPU, whose probe measures
-the time of one small operation, also the operations the step dispatches at that time each
-(its launch overhead: a small step on a fast GPU is mostly that).  A target whose bf16 rate is
+step) written and read back once at the measured bandwidth, plus its parameters' traffic
+(weights, gradients, the optimizer's update) at that bandwidth, plus the operations the step
+dispatches at a fixed cost each: on a GPU the time of one small operation its probe
+measured (its launch overhead: a small step on a fast GPU is mostly that), on a CPU
+:data:`CPU_OP_US` (eager PyTorch's dispatch: a step of thousands of small operations, a
+recurrent cell stepped in Python, is mostly that).  A target whose bf16 rate is
 1/50 of its fp32 rate (no native bf16) makes the arithmetic of a bf16 configuration 50x
 slower at baseline before any data says so, but not its memory traffic: a step that is mostly
 traffic (embeddings, small layers) loses far less; a job given one thread of two gets half
@@ -35,7 +38,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 6  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 7  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 # the forward FLOPs' shares by layer kind (+ other = the rest), and ``grouped``: the part of
@@ -58,6 +61,10 @@ WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step",
                     *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
+# the cost of one operation a step dispatches on a target whose probe does not measure it (a
+# CPU's): eager PyTorch's dispatch of an operation and its gradient, about 10 us on this
+# project's CPUs (of 5-30 us tried, 10 fitted the held-out families best: see the README)
+CPU_OP_US = 10.0
 # a configuration's knobs at their framework defaults (and its threads: all cores)
 STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
          "onednn": 1}
@@ -202,9 +209,11 @@ def baseline(row: dict[str, Any]) -> float:
     the matrix share of them (:data:`MATMUL`) at the bf16 rate under bf16, the rate scaled
     by the share of the cores the job's threads get; plus, when the fingerprint counted
     them, the elements the step writes (``elements_per_step``) at :data:`BYTES_PER_ELEMENT`
-    over the measured bandwidth; plus, where the target's probe measured the time of one
-    operation (``op_us``: a GPU's), the operations the step dispatches (``ops_per_step``)
-    at that time each.  NaN when a figure is missing (``missing`` says which)."""
+    over the measured bandwidth; plus its trainable parameters at
+    :data:`BYTES_PER_PARAMETER` over that bandwidth; plus the operations the step
+    dispatches (``ops_per_step``) at the time of one operation the target's probe measured
+    (``op_us``: a GPU's), else at :data:`CPU_OP_US` each.  NaN when a figure is missing
+    (``missing`` says which)."""
     flops, gflops = _float(row.get("flops_per_step")), _float(row.get("gflops_fp32"))
     if not (flops > 0 and gflops > 0):
         return math.nan
@@ -218,11 +227,15 @@ def baseline(row: dict[str, Any]) -> float:
         matmul = min(1.0, matmul) if matmul > 0 else 1.0
         seconds *= (1.0 - matmul) + matmul * gflops / bf16
     elements, bandwidth = _float(row.get("elements_per_step")), _float(row.get("bandwidth_gbs"))
-    if elements > 0 and bandwidth > 0:
-        seconds += elements * BYTES_PER_ELEMENT / (bandwidth * 1e9)
+    params = _float(row.get("trainable_parameters"))
+    if bandwidth > 0:
+        if elements > 0:
+            seconds += elements * BYTES_PER_ELEMENT / (bandwidth * 1e9)
+        if params > 0:
+            seconds += params * BYTES_PER_PARAMETER / (bandwidth * 1e9)
     ops, op_us = _float(row.get("ops_per_step")), _float(row.get("op_us"))
-    if ops > 0 and op_us > 0:
-        seconds += ops * op_us * 1e-6
+    if ops > 0:
+        seconds += ops * (op_us if op_us > 0 else CPU_OP_US) * 1e-6
     return math.log(seconds)
 
 

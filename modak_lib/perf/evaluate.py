@@ -60,9 +60,10 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
     df["target"] = target_id(df)
     df["steady"] = np.exp(df["y"])  # each run's time less its round's drift
     df["configuration"] = config_groups(df)
+    shared: dict = {}  # (the features and each fold's machine effects, for every estimator)
     for name, by in HOLD_OUT.items():  # (nothing to hold out of a single group)
         df[f"pred_{name}"] = (np.exp(held_out_predictions(
-            df, estimator, by, LOCO_FOLDS if name == "loco" else None))
+            df, estimator, by, LOCO_FOLDS if name == "loco" else None, shared))
             if groups_of(df, by).nunique() > 1 else np.nan)
     keys = TARGET_KEYS + CONFIG_KEYS + ["target"]
     cfg = (df.groupby(keys, dropna=False)
@@ -143,7 +144,7 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
         if name not in ESTIMATORS:
             raise ModelError(f"unknown estimator {name!r} (one of {', '.join(ESTIMATORS)})")
         estimators[name] = {how: mape(np.exp(df["y"]), np.exp(held_out_predictions(
-            df, name, by, LOCO_FOLDS if how == "loco" else None)))
+            df, name, by, LOCO_FOLDS if how == "loco" else None, shared)))
             for how, by in HOLD_OUT.items() if groups_of(df, by).nunique() > 1}
     return {"estimator": estimator, "overall": overall, "per_family": summary("workload"),
             "per_target": summary("target"), "decisions": decisions, "configurations": cfg,

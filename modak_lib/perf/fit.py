@@ -218,8 +218,17 @@ def recorded_times(df):
 
 def row_labels(df, keys: list[str]):
     """One text label per row from the values of ``keys`` (missing ones as "-")."""
-    # (pandas 3 keeps missing values missing through astype(str))
-    return df[keys].astype(object).where(df[keys].notna(), "-").astype(str).agg("|".join, axis=1)
+    # (pandas 3 keeps missing values missing through astype(str)); column by column: a
+    # row-wise join is most of a quick fit's time
+    import pandas as pd
+
+    if not keys:
+        return pd.Series("", index=df.index, dtype=object)
+    cols = [df[k].astype(object).where(df[k].notna(), "-").astype(str) for k in keys]
+    out = cols[0]
+    for col in cols[1:]:
+        out = out + "|" + col
+    return out
 
 
 def usable(df):
@@ -479,17 +488,22 @@ def groups_of(df, by: str):
 
 
 def held_out_predictions(df, name: str, by: str = "configuration",
-                         folds: Optional[int] = None):
+                         folds: Optional[int] = None, shared: Optional[dict] = None):
     """Predictions of log s/step, each with its group (``groups_of``) left out of the fit;
     with ``folds``, the groups are dealt into that many folds (a fixed shuffle) and each
-    fold is left out in turn: a fit's estimate of its error on held-out configurations in
-    a few seconds, not one fit per configuration (``modak model eval`` holds each out)."""
+    fold is left out in turn: an estimate of the error on held-out configurations in a few
+    seconds, not one fit per configuration.  ``shared``: a dict kept across calls on the
+    same ``df`` (several estimators compared): what does not depend on the estimator (the
+    features, the baselines, each fold's machine effects) is computed once into it."""
     import numpy as np
 
-    X, base = F.frame(df), F.baselines(df)
+    shared = {} if shared is None else shared
+    if "X" not in shared:
+        shared.update(X=F.frame(df), base=F.baselines(df), machines=machine_labels(df),
+                      configs=config_groups(df))
+    X, base, machines, configs = (shared[k] for k in ("X", "base", "machines", "configs"))
     y = df["y"].to_numpy() - base
-    machines = machine_labels(df)
-    groups, configs = groups_of(df, by), config_groups(df)
+    groups = groups_of(df, by)
     names = groups.unique()
     if folds and len(names) > folds:
         order = np.random.default_rng(0).permutation(len(names))
@@ -500,7 +514,10 @@ def held_out_predictions(df, name: str, by: str = "configuration",
         if test.all():
             continue
         # the machines' effects as the training groups show them
-        off = machine_offsets(machines, machine_effects(df[~test], machines[~test]))
+        key = ("offsets", by, folds, g)
+        if key not in shared:
+            shared[key] = machine_offsets(machines, machine_effects(df[~test], machines[~test]))
+        off = shared[key]
         Xt, yt = per_configuration(X[~test], (y - off)[~test], configs[~test])
         est = make_estimator(name).fit(Xt, yt)
         pred[test] = np.clip(est.predict(X[test]), *residual_range(yt)) + base[test] + off[test]
@@ -586,9 +603,9 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
                          f"and target figures, of {n_cfg} configurations (need 8 and 3)")
     if df["workload"].nunique() < 2:
         by = "configuration"  # one family: hold out configurations instead
-    scores, residual = {}, {}
+    scores, residual, shared = {}, {}, {}
     for name in estimators:
-        pred = held_out_predictions(df, name, by)
+        pred = held_out_predictions(df, name, by, shared=shared)
         scores[name] = mape(np.exp(df["y"]), np.exp(pred))
         residual[name] = df["y"].to_numpy() - pred
     best = "linear" if "linear" in scores else estimators[0]
@@ -598,7 +615,8 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
     res = residual[best][~np.isnan(residual[best])]
     sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
     loco = residual[best] if by == "configuration" else (
-        df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS))
+        df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS,
+                                                  shared))
     loco = loco[~np.isnan(loco)]
     machines = machine_labels(df)
     effects = machine_effects(df, machines)

@@ -44,8 +44,8 @@ options:
   refit:
     description:
       - After recording new figures, refit the performance model (the quick estimators, the
-        linear models and split gradient boosting, on the shipped datasets and the results
-        store; the best on held-out workload families is kept) and save it where
+        linear models, split gradient boosting and extra trees, on the shipped datasets and
+        the results store; the best on held-out workload families is kept) and save it where
         C(modak plan) finds it (C($MODAK_MODEL) or C(~/.local/share/modak/model.joblib)).
       - A saved model of another estimator (a full C(modak model fit)), or one fitted on more
         measurements than the shipped datasets and the store hold, is kept, not replaced; it

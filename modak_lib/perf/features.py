@@ -62,8 +62,8 @@ WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step",
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
 # the cost of one operation a step dispatches on a target whose probe does not measure it (a
-# CPU's): eager PyTorch's dispatch of an operation and its gradient, about 10 us on this
-# project's CPUs (of 5-30 us tried, 10 fitted the held-out families best: see the README)
+# CPU's): eager PyTorch's dispatch of an operation and its gradient, not measured but fitted:
+# of 5, 10, 15 and 30 us, 10 gave the held-out families the lowest error (see the README)
 CPU_OP_US = 10.0
 # a configuration's knobs at their framework defaults (and its threads: all cores)
 STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,

@@ -618,11 +618,12 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
         df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS,
                                                   shared))
     loco = loco[~np.isnan(loco)]
-    machines = machine_labels(df)
+    # (the features, baselines, machines and configurations the held-out fits computed)
+    machines = shared["machines"]
     effects = machine_effects(df, machines)
     Xt, learned = per_configuration(
-        F.frame(df), df["y"].to_numpy() - F.baselines(df) - machine_offsets(machines, effects),
-        config_groups(df))
+        shared["X"], df["y"].to_numpy() - shared["base"] - machine_offsets(machines, effects),
+        shared["configs"])
     est = make_estimator(best).fit(Xt, learned)
     bounds = residual_range(learned)
     acc = df["accelerator"] if "accelerator" in df else None

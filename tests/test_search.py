@@ -44,6 +44,18 @@ def recorded(table, caps=None):
     return run, calls
 
 
+def by_round(table):
+    """run() over recorded figures per round: configuration -> its s/step in each round
+    (the n-th trial of a configuration measures the n-th), loss 1.0 for all."""
+    seen: dict = {}
+
+    def run(config, steps, cap=None):
+        n = seen[config] = seen.get(config, -1) + 1
+        s = table[config][n]
+        return Trial(config, steps, s, 0.0, 3.0 + s * steps, 1.0)
+    return run
+
+
 # a small transformer LM as measured on this 2-core machine (figures rounded): eager bf16
 # is faster but trains to a far worse loss; compiled bf16 matches fp32 after a 40 s compile
 LM = {STOCK: (0.050, 0.0, 2.10), BF16: (0.038, 0.0, 3.40), COMPILE: (0.046, 35.0, 2.10),
@@ -170,26 +182,45 @@ def test_the_first_round_is_cut_to_what_its_budget_affords():
 def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():
     """The rounds are paired (stock runs beside the candidates in each): a candidate that
     wins the last round but lost to stock in an earlier one is noise, not a speed-up."""
-    def rounds(table):
-        seen: dict = {}
-
-        def run(config, steps, cap=None):
-            n = seen[config] = seen.get(config, -1) + 1
-            s = table[config][n]
-            return Trial(config, steps, s, 0.0, 3.0 + s * steps, 1.0)
-        return run
-
     # round 1 stock 0.040 s/step and tcmalloc 0.045 (the better of the two candidates);
     # round 2 ran slow for stock (0.050), and tcmalloc's 0.046 beats it
     mixed = {STOCK: [0.040, 0.050], TCMALLOC: [0.045, 0.046], BF16: [0.060, 0.060]}
-    out = search([TCMALLOC, BF16], STOCK, rounds(mixed), job_steps=1000, budget_s=600,
+    out = search([TCMALLOC, BF16], STOCK, by_round(mixed), job_steps=1000, budget_s=600,
                  max_rounds=2)
     assert out.rounds == 2 and out.chosen == STOCK
     assert "not in round 1" in out.verdicts[TCMALLOC.label()]
     faster = {STOCK: [0.040, 0.050], TCMALLOC: [0.035, 0.046], BF16: [0.060, 0.060]}
-    out = search([TCMALLOC, BF16], STOCK, rounds(faster), job_steps=1000, budget_s=600,
+    out = search([TCMALLOC, BF16], STOCK, by_round(faster), job_steps=1000, budget_s=600,
                  max_rounds=2)
     assert out.chosen == TCMALLOC and [t.round for t in out.trials] == [1, 1, 1, 2, 2]
+
+
+def test_a_gain_within_the_margin_keeps_stock():
+    """A candidate must beat stock by ``min_gain`` in every round the two ran side by side:
+    2% faster in both rounds is within what two single trials scatter by."""
+    close = {STOCK: [0.050, 0.050], TCMALLOC: [0.049, 0.049], BF16: [0.060, 0.060]}
+    out = search([TCMALLOC, BF16], STOCK, by_round(close), job_steps=1000, budget_s=600,
+                 max_rounds=2)
+    assert out.rounds == 2 and out.chosen == STOCK
+    why = out.verdicts[TCMALLOC.label()]
+    assert "2.0% faster than stock in round 1" in why and "less than the 3%" in why
+    # the margin is the caller's: none, and the 2% gain is taken
+    out = search([TCMALLOC, BF16], STOCK, by_round(close), job_steps=1000, budget_s=600,
+                 max_rounds=2, min_gain=0.0)
+    assert out.chosen == TCMALLOC
+    assert out.verdicts[TCMALLOC.label()].startswith(
+        "chosen: faster than stock by 2.0% in round 1, 2.0% in round 2")
+    # 2% in the last round but 10% in the first: the last round is a side by side too
+    late = {STOCK: [0.050, 0.050], TCMALLOC: [0.045, 0.049], BF16: [0.060, 0.060]}
+    out = search([TCMALLOC, BF16], STOCK, by_round(late), job_steps=1000, budget_s=600,
+                 max_rounds=2)
+    assert out.chosen == STOCK and "in round 2" in out.verdicts[TCMALLOC.label()]
+    # clear of it in both rounds: chosen, its gains stated
+    clear = {STOCK: [0.050, 0.050], TCMALLOC: [0.045, 0.047], BF16: [0.060, 0.060]}
+    out = search([TCMALLOC, BF16], STOCK, by_round(clear), job_steps=1000, budget_s=600,
+                 max_rounds=2)
+    assert out.chosen == TCMALLOC
+    assert "10.0% in round 1, 6.0% in round 2" in out.verdicts[TCMALLOC.label()]
 
 
 def test_loss_tolerance_is_relative_and_stated():
@@ -317,6 +348,10 @@ def test_the_search_driven_round_by_round_through_its_state_matches_the_loop():
                   job_steps=100000, budget_s=600)
     assert h.outcome().chosen == loop.chosen == BOTH
     assert h.outcome().rounds == loop.rounds and h.outcome().verdicts == loop.verdicts
+    # the margin is kept with the state (a playbook's own, not the default)
+    kept = Halving.from_state(json.loads(json.dumps(
+        Halving([TCMALLOC], STOCK, job_steps=10, budget_s=60, min_gain=0.1).state())))
+    assert kept.min_gain == 0.1
 
 
 def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps():
@@ -334,7 +369,8 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
             "candidates": [{"configuration": c.model_dump(mode="json"), "score": 1.0,
                             "prediction": None} for c in (STOCK, BF16)]}
     args = {"candidates": 3, "budget_fraction": 0.1, "job_steps": 0, "first_steps": 10,
-            "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": 10.0}
+            "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": 10.0,
+            "min_gain": 0.03}
     walled, how = ActionModule._start(plan, args, Configuration)
     trials = [Trial(STOCK, 10, 0.0134, 0.1, 3.4, 1.5), Trial(BF16, 10, 0.012, 0.1, 3.2, 1.5)]
     walled.record(trials)

@@ -20,7 +20,8 @@ description:
   - A candidate whose loss after its trial is worse than stock's beyond O(loss_tolerance)
     is rejected as changing the result; compile time is weighed against the job's steps
     (O(job_steps)); the choice is never slower than the stock trial as measured, in any
-    round the two ran side by side.
+    round the two ran side by side, and faster by at least O(min_gain) in each of them
+    (else stock is kept).
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round is cut to the trials the budget
     affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
@@ -93,6 +94,13 @@ options:
     description: How much worse than stock's a trial's loss may be (relative).
     type: float
     default: 0.05
+  min_gain:
+    description:
+      - How much faster than stock a candidate must make the job (a fraction of stock's
+        time for it) in every round the two ran side by side to be chosen - a smaller gain
+        is within what two single trials scatter by, and stock is kept.
+    type: float
+    default: 0.03
 author:
   - MODAK developers (@modak)
 """

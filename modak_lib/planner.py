@@ -276,6 +276,35 @@ def _reject_changed_results(configs: Sequence[Configuration],
     return out, rejected
 
 
+def _unchecked_precision(predicted: list[tuple[Configuration, Prediction]],
+                         stock: Optional[Prediction]):
+    """Where the fastest predicted candidate reduces precision and nothing measured shows
+    that it keeps this script's loss (a run of it and one of stock after the same steps,
+    compared within LOSS_TOLERANCE by ``_reject_changed_results``; or neither with a loss,
+    a script whose loss the runtime cannot see, which the search takes as it is too): the
+    fastest candidate that keeps fp32 or was so checked, and a note on why it goes first;
+    else None.  A prediction of speed says nothing of the loss: bf16 autocast applied
+    eagerly to a transformer script trained to a far worse one here.  Trials (autotuning)
+    check it."""
+    def checked(p: Prediction) -> bool:
+        return bool(p.measured and stock is not None and stock.measured
+                    and (p.loss is None) == (stock.loss is None)
+                    and (p.steps or 0) == (stock.steps or 0))
+
+    fastest, p = predicted[0]
+    if fastest.precision == Precision.fp32 or checked(p):
+        return None
+    keep = next((c for c, q in predicted
+                 if c.precision == Precision.fp32 or checked(q)), None)
+    if keep is None:
+        return None
+    return keep, (f"{fastest.label()} is predicted fastest but not chosen: nothing measured "
+                  f"shows that its {fastest.precision.value} keeps this script's loss (a run "
+                  "of it beside stock's after the same steps); autotuning's trials check it, "
+                  "and reject it if the loss is worse than stock's by more than "
+                  f"{LOSS_TOLERANCE:.0%}")
+
+
 def decide(request: JobRequest, predictor: Predictor | None = None,
            catalogue: Catalogue | None = None, force: Configuration | None = None) -> Decision:
     """Rank the candidates; ``force`` pins the choice (an autotuning trial of one of them)."""
@@ -319,6 +348,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     known = known_steps(request, predictor.job_steps(request) if predictor is not None
                         else None)
     job_steps, steps_from = planned_steps(res, dict(predicted).get(stock), known)
+    unchecked = None
     if predicted:
         decided_by = "model"
         unpredicted = [c for c, p in zip(configs, predictions) if p is None]
@@ -330,6 +360,11 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                          "each candidate's warm-up (compilation) once, as measured (a "
                          "compiler this workload never ran with: as measured of the "
                          "others), then its steps")
+        unchecked = _unchecked_precision(predicted, dict(predicted).get(stock))
+        if unchecked:  # the fastest that keeps fp32 (or whose loss was checked) goes first
+            first = next(i for i, (c, _) in enumerate(predicted) if c == unchecked[0])
+            predicted.insert(0, predicted.pop(first))
+            notes.append(unchecked[1])
         best, best_p = predicted[0]
         ranked = predicted + [(c, None) for c in sorted(
             unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
@@ -344,7 +379,9 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     autotune: tuple[Configuration, ...] = ()
     top = [p for _, p in ranked[:AUTOTUNE_K] if p is not None]
     unsettled = None
-    if decided_by == "model" and len(top) > 1 and top[1].low <= top[0].high \
+    if decided_by == "model" and unchecked:
+        unsettled = "reduced precision's effect on this script's loss is unmeasured"
+    elif decided_by == "model" and len(top) > 1 and top[1].low <= top[0].high \
             and not top[0].measured:
         unsettled = f"the top {min(len(ranked), AUTOTUNE_K)} candidates are within the " \
             "model's uncertainty"

@@ -266,8 +266,8 @@ class Measured:
     s, loss after 30 steps)."""
     notes: list = []
 
-    def __init__(self, table):
-        self.table = table
+    def __init__(self, table, measured=True):
+        self.table, self.measured = table, measured
 
     def exclusions(self, request, configs):
         return [None] * len(configs)
@@ -284,8 +284,12 @@ class Measured:
                 out.append(None)
                 continue
             s, warm, loss = self.table[key]
-            out.append(Prediction(seconds=s, low=s, high=s, source="measured", measured=True,
-                                  warmup_s=warm, loss=loss, steps=30))
+            if self.measured:
+                out.append(Prediction(seconds=s, low=s, high=s, source="measured",
+                                      measured=True, warmup_s=warm, loss=loss, steps=30))
+            else:  # the model's estimate: a time, and nothing of the loss
+                out.append(Prediction(seconds=s, low=s, high=s, source="model",
+                                      warmup_s=warm))
         return out
 
 
@@ -321,6 +325,27 @@ def test_the_planner_amortises_compile_time_over_the_jobs_steps():
     assert any("ranked by the time of a 500-step job" in n for n in short.notes)
     long = decide(lm_request(steps=100000), Measured(TRIALS))
     assert long.chosen.compiler == "torch.compile:default"
+
+
+def test_reduced_precision_is_not_chosen_on_a_prediction_alone():
+    """A predicted speed-up says nothing of the loss: without a run of bf16 beside stock's,
+    the plan runs the fastest fp32 candidate, and autotuning's trials (which compare the
+    losses) are what can choose bf16."""
+    from modak_lib.planner import decide
+    d = decide(lm_request(steps=100000), Measured(TRIALS, measured=False))
+    assert d.decided_by == "model" and d.chosen.precision.value == "fp32"
+    assert d.chosen.compiler is None and d.chosen.allocator.value == "tcmalloc"
+    assert any("predicted fastest but not chosen" in n and "prec=bf16" in n for n in d.notes)
+    assert any("enable autotuning" in n and "loss is unmeasured" in n for n in d.notes)
+    assert d.candidates[1].configuration.precision.value == "bf16"  # still a candidate
+    tuned = lm_request(steps=100000)
+    tuned = tuned.model_copy(update={"optimisation": tuned.optimisation.model_copy(
+        update={"enable_autotuning": True})})
+    d = decide(tuned, Measured(TRIALS, measured=False))
+    assert d.search and any(c.precision.value == "bf16" for c in d.autotune)
+    assert any(c == d.chosen for c in d.autotune)  # (stock among them too)
+    # measured beside stock, the same steps, the loss kept: chosen
+    assert decide(lm_request(steps=100000), Measured(TRIALS)).chosen.precision.value == "bf16"
 
 
 def test_trials_always_include_stock():

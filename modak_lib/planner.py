@@ -416,6 +416,12 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                       f"highest image score {scores[cfg.image]:g}; prior: "
                       + (f"{cfg.compiler_kind.value} as requested" if cfg.compiler_kind
                          else "no graph compiler") + ", framework defaults otherwise")
+        elif unchecked and pred is not None and best_p is not None and \
+                cfg.precision != Precision.fp32 and \
+                job_seconds(pred, job_steps) < job_seconds(best_p, job_steps):
+            reason = (f"predicted {pred.seconds:.3g} s/step{_job_time(pred, job_steps)}, "
+                      f"faster, but no run of its {cfg.precision.value} beside stock's shows "
+                      f"that it keeps the loss ({pred.source})")
         elif pred is not None and best_p is not None:
             job = _job_time(pred, job_steps)  # (compared as ranked: by the job's time)
             than = (f"{job_seconds(best_p, job_steps):.3g} s" if job

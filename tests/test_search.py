@@ -337,7 +337,9 @@ def test_reduced_precision_is_not_chosen_on_a_prediction_alone():
     assert d.chosen.compiler is None and d.chosen.allocator.value == "tcmalloc"
     assert any("predicted fastest but not chosen" in n and "prec=bf16" in n for n in d.notes)
     assert any("enable autotuning" in n and "loss is unmeasured" in n for n in d.notes)
-    assert d.candidates[1].configuration.precision.value == "bf16"  # still a candidate
+    faster = d.candidates[1]  # still a candidate, and its reason says why it lost
+    assert faster.configuration.precision.value == "bf16"
+    assert "faster, but no run of its bf16 beside stock's shows" in faster.reason
     tuned = lm_request(steps=100000)
     tuned = tuned.model_copy(update={"optimisation": tuned.optimisation.model_copy(
         update={"enable_autotuning": True})})

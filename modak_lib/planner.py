@@ -360,7 +360,9 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                          "each candidate's warm-up (compilation) once, as measured (a "
                          "compiler this workload never ran with: as measured of the "
                          "others), then its steps")
-        unchecked = _unchecked_precision(predicted, dict(predicted).get(stock))
+        # (a forced choice is the search's: its trials compared the losses)
+        unchecked = (_unchecked_precision(predicted, dict(predicted).get(stock))
+                     if force is None else None)
         if unchecked:  # the fastest that keeps fp32 (or whose loss was checked) goes first
             first = next(i for i, (c, _) in enumerate(predicted) if c == unchecked[0])
             predicted.insert(0, predicted.pop(first))

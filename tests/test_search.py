@@ -346,6 +346,11 @@ def test_reduced_precision_is_not_chosen_on_a_prediction_alone():
     d = decide(tuned, Measured(TRIALS, measured=False))
     assert d.search and any(c.precision.value == "bf16" for c in d.autotune)
     assert any(c == d.chosen for c in d.autotune)  # (stock among them too)
+    # the search's choice (forced) is planned as it is, with no such note
+    forced = decide(lm_request(steps=100000), Measured(TRIALS, measured=False),
+                    force=faster.configuration)
+    assert forced.chosen == faster.configuration and forced.decided_by == "autotune"
+    assert not any("predicted fastest but not chosen" in n for n in forced.notes)
     # measured beside stock, the same steps, the loss kept: chosen
     assert decide(lm_request(steps=100000), Measured(TRIALS)).chosen.precision.value == "bf16"
 

@@ -426,6 +426,28 @@ def test_a_candidate_whose_knob_a_trial_found_not_applicable_is_a_failed_trial(t
     assert job["status"] == "ok" and job["compiler"] == "off"
 
 
+def test_a_knob_the_script_does_not_take_is_named_with_its_reason(tmp_path):
+    """torch.compile forced on an LSTM tagger (Dynamo does not trace its LSTM): the job
+    runs, uncompiled, and its summary names the knob and why, as the store keeps it."""
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    request = user_project(tmp_path, "lstm_tagger.py")
+    doc = json.loads(request.read_text())
+    doc["job"]["application"]["arguments"] = "--steps 6"
+    request.write_text(json.dumps(doc))
+    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
+               MODAK_MODEL=str(tmp_path / "model.joblib"))
+    plan = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local.yaml"))
+    compiled = next(c["configuration"] for c in plan["candidates"]
+                    if c["configuration"]["compiler"])
+    proc, _ = _local_deploy(tmp_path, request, modak_force=compiled)
+    _ok(proc)
+    (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
+    assert row["status"] == "ok" and row["not_applied"] == "compiler"
+    why = json.loads(row["raw"])["not_applied"]["compiler"]
+    assert f"not applied: compiler - {why}" in proc.stdout, proc.stdout[-3000:]
+
+
 def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it_again(
         tmp_path):
     """Local connection: a user's script on a front-end whose compiler cache cannot be

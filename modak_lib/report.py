@@ -1,6 +1,7 @@
 """Human-readable views of a plan."""
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Optional
 
@@ -28,6 +29,30 @@ def _clip(text: str, most: int = 24) -> str:
     """A table cell cut to ``most`` characters (the whole value is on the chosen line and
     in plan.json)."""
     return text if len(text) <= most else text[:most - 1] + "…"
+
+
+_NOT_OFFERED = re.compile(r"^not offered: (.+? prec=\S+): (.+)$", re.S)
+
+
+def grouped_notes(notes) -> list[str]:
+    """The plan's notes for people: the configurations not offered for one same reason (a
+    knob the script does not take withholds every configuration with it) said once, with
+    how many (each is named in plan.json's notes)."""
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        m = _NOT_OFFERED.match(note)
+        if m:
+            groups.setdefault(m.group(2), []).append(m.group(1))
+    out, said = [], set()
+    for note in notes:
+        m = _NOT_OFFERED.match(note)
+        if not m or len(groups[m.group(2)]) == 1:
+            out.append(note)
+        elif m.group(2) not in said:
+            said.add(m.group(2))
+            out.append(f"not offered: {len(groups[m.group(2)])} configurations (each named in "
+                       f"plan.json): {m.group(2)}")
+    return out
 
 
 def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
@@ -71,7 +96,7 @@ def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
         lines += _wrap(indent + reason, indent, width)
     if len(plan.candidates) > show:
         lines.append(f"... {len(plan.candidates) - show} more candidates in plan.json")
-    for note in plan.notes:
+    for note in grouped_notes(plan.notes):
         lines += _wrap(f"note: {note}", "      ", width)
     if out:
         lines += _wrap(f"wrote {out}/: plan.json, {plan.job_script}, "

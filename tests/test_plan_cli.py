@@ -281,3 +281,24 @@ def test_pins_ignore_a_plan_folder_that_now_holds_another_run(tmp_path):
     with pytest.raises(ValueError):
         pins.put(key, {"run_id": "r1"})
     assert new_run_id("r1", now=0).startswith("r1-19")
+
+
+def test_configurations_withheld_for_one_reason_are_said_once_in_the_table():
+    """A knob the script does not take withholds every configuration with it: the table
+    says so once, with how many; plan.json keeps each; a lone one keeps its own line."""
+    from modak_lib.report import grouped_notes
+    why = ("compiler=torch.compile:default was not applied to this script here: "
+           "torch.compile traced no graph of it")
+    labels = [f"pytorch-2.13.0-cpu compiler=torch.compile:default threads={t} alloc={a} "
+              f"prec={p}" for t in (1, 2) for a in ("glibc", "tcmalloc") for p in ("fp32", "bf16")]
+    failed = ("pytorch-2.13.0-cpu compiler=off threads=2 alloc=jemalloc prec=fp32: failed when "
+              "run here (r1, under the knob allocator)")
+    notes = ["ranked by the time of a 300-step job",
+             *(f"not offered: {label}: {why}" for label in labels[:3]),
+             f"not offered: {failed}",
+             *(f"not offered: {label}: {why}" for label in labels[3:])]
+    assert grouped_notes(notes) == [
+        "ranked by the time of a 300-step job",
+        f"not offered: 8 configurations (each named in plan.json): {why}",
+        f"not offered: {failed}"]
+    assert grouped_notes(notes[:2] + notes[4:5]) == notes[:2] + notes[4:5]  # one each: as is

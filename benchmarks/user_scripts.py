@@ -7,8 +7,10 @@ PyTorch, a Keras ``model.fit`` classifier), in one run on this machine:
 
 1. **trials**: the script runs through the runtime a few short times (stock, bf16, tcmalloc,
    and torch.compile for PyTorch) into a fresh results store, as MODAK's autotuning would;
-2. **plan**: ``make_plan`` with a model fitted on the shipped dataset plus those trials says
-   what MODAK would run;
+2. **plan**: ``make_plan`` with a model fitted on the shipped dataset plus those trials (the
+   quick refit's estimators, as after a deploy) says what MODAK would run for a job that
+   states its steps (those of the compared runs), so that a compiler's warm-up is weighed
+   against them;
 3. **compare**, interleaved and repeated: ``python3 SCRIPT`` (stock, exactly what the user
    runs) against ``python3 -m modak_runtime -- SCRIPT`` with the chosen knobs, the wall time
    of a fixed number of steps *including* start-up and compilation, and the last loss
@@ -169,22 +171,28 @@ def main() -> int:
                     "MODAK_WORKLOAD": workload.label(req.application)}
             # 1. short trials through the runtime, into the store
             t0 = time.perf_counter()
-            stock_s = None
+            stock_s = stock_steps = None
             for label, env in trials(framework):
                 threads = {"MODAK_THREADS": str(req.target.cores_per_node)}
                 _, rec, _ = run(script, argf(TRIAL_STEPS[name]), {**base, **threads, **env},
                                 True)
                 if label == "stock":
                     stock_s = rec["metrics"]["s_per_step"]
+                    stock_steps = rec["metrics"]["steps"]
                 store.append([row_from_fom(rec, source="autotune", run_id=f"bench/{label}",
                                            microarchitecture=req.target.microarchitecture,
                                            cores=req.target.cores_per_node)])
             trial_s = time.perf_counter() - t0
-            # 2. the plan
+            # 2. the plan, as the refit after a run makes the model, for a job that states
+            # its steps (those of the compared runs: the trial's, scaled), so that a
+            # compiler's warm-up is weighed against them
             frame = load_frame(store)
-            predictor = mm.model_predictor(mm.fit(frame, estimators=("linear", "linear-main")),
+            predictor = mm.model_predictor(mm.fit(frame, estimators=mm.QUICK_ESTIMATORS),
                                           frame)
-            plan = make_plan(req, predictor=predictor, run_id="bench").plan
+            steps = round(stock_steps * LENGTHS[name] / TRIAL_STEPS[name])
+            job = req.model_copy(update={"application": req.application.model_copy(
+                update={"steps": steps})})
+            plan = make_plan(job, predictor=predictor, run_id="bench").plan
             chosen = {k: v for k, v in plan.environment.items() if k.startswith(
                 ("MODAK_", "LD_PRELOAD", "TF_", "OMP_", "MKL_"))}
             label = plan.chosen.label().split(" ", 1)[1]

@@ -251,6 +251,13 @@ def _job_time(p: Prediction, steps: Optional[int]) -> str:
     return f", the job {job_seconds(p, steps):.3g} s with its warm-up {p.warmup_s:.3g} s"
 
 
+def _beside_stock(p: Optional[Prediction], stock: Optional[Prediction]) -> bool:
+    """Whether ``p`` and stock's prediction are both measured, after the same steps: their
+    losses compare (``perf.search.changes_result``)."""
+    return bool(p is not None and p.measured and stock is not None and stock.measured
+                and (p.steps or 0) == (stock.steps or 0))
+
+
 def _reject_changed_results(configs: Sequence[Configuration],
                             predictions: list[Optional[Prediction]],
                             stock: Optional[Configuration]):
@@ -266,8 +273,7 @@ def _reject_changed_results(configs: Sequence[Configuration],
     out, rejected = [], []
     for cfg, p in zip(configs, predictions):
         why = None
-        if p is not None and p.measured and cfg != stock and p.loss is not None and \
-                (p.steps or 0) == (base.steps or 0):
+        if cfg != stock and p is not None and p.loss is not None and _beside_stock(p, base):
             why = changes_result(Trial(cfg, p.steps or 0, p.seconds, final_loss=p.loss), ref,
                                  LOSS_TOLERANCE)
         out.append(None if why else p)
@@ -287,9 +293,7 @@ def _unchecked_precision(predicted: list[tuple[Configuration, Prediction]],
     eagerly to a transformer script trained to a far worse one here.  Trials (autotuning)
     check it."""
     def checked(p: Prediction) -> bool:
-        return bool(p.measured and stock is not None and stock.measured
-                    and (p.loss is None) == (stock.loss is None)
-                    and (p.steps or 0) == (stock.steps or 0))
+        return _beside_stock(p, stock) and (p.loss is None) == (stock.loss is None)
 
     fastest, p = predicted[0]
     if fastest.precision == Precision.fp32 or checked(p):
@@ -347,7 +351,8 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
     known = known_steps(request, predictor.job_steps(request) if predictor is not None
                         else None)
-    job_steps, steps_from = planned_steps(res, dict(predicted).get(stock), known)
+    stock_p = dict(predicted).get(stock)
+    job_steps, steps_from = planned_steps(res, stock_p, known)
     unchecked = None
     if predicted:
         decided_by = "model"
@@ -361,8 +366,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                          "compiler this workload never ran with: as measured of the "
                          "others), then its steps")
         # (a forced choice is the search's: its trials compared the losses)
-        unchecked = (_unchecked_precision(predicted, dict(predicted).get(stock))
-                     if force is None else None)
+        unchecked = _unchecked_precision(predicted, stock_p) if force is None else None
         if unchecked:  # the fastest that keeps fp32 (or whose loss was checked) goes first
             first = next(i for i, (c, _) in enumerate(predicted) if c == unchecked[0])
             predicted.insert(0, predicted.pop(first))

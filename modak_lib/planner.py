@@ -23,6 +23,7 @@ from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_a
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
                      Launcher, Precision, Prediction, Runtime, compiler_id)
+from .perf.search import MIN_GAIN
 from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
@@ -309,6 +310,29 @@ def _unchecked_precision(predicted: list[tuple[Configuration, Prediction]],
                   f"{LOSS_TOLERANCE:.0%}")
 
 
+def _within_margin(predicted: list[tuple[Configuration, Prediction]],
+                   stock: Optional[Configuration], steps: Optional[int]):
+    """Where the first of ``predicted`` is not stock and would not make the job at least
+    ``MIN_GAIN`` shorter than stock's (both as predicted or measured, by the job's time):
+    stock, and a note on why it goes first; else None.  The budgeted search keeps stock
+    unless a candidate beat it by that margin in every round; the plan asks the same of a
+    prediction or of one short run's median, whose scatter on a shared machine is larger
+    than such a gain."""
+    by_config = dict(predicted)
+    best, best_p = predicted[0]
+    stock_p = by_config.get(stock) if stock is not None else None
+    if stock_p is None or best == stock:
+        return None
+    mine, theirs = job_seconds(best_p, steps), job_seconds(stock_p, steps)
+    if mine <= theirs * (1.0 - MIN_GAIN):
+        return None
+    how = "measured" if best_p.measured and stock_p.measured else "predicted"
+    return stock, (f"stock is kept: {best.label()}, the fastest other candidate, is {how} "
+                   f"{100 * (1.0 - mine / theirs):.1f}% faster than stock by the job's time, "
+                   f"less than the {100 * MIN_GAIN:g}% a gain must clear (as in the budgeted "
+                   "search: within what two short runs or a prediction scatter by)")
+
+
 def decide(request: JobRequest, predictor: Predictor | None = None,
            catalogue: Catalogue | None = None, force: Configuration | None = None) -> Decision:
     """Rank the candidates; ``force`` pins the choice (an autotuning trial of one of them)."""
@@ -353,7 +377,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                         else None)
     stock_p = dict(predicted).get(stock)
     job_steps, steps_from = planned_steps(res, stock_p, known)
-    unchecked = None
+    unchecked = margin = None
     if predicted:
         decided_by = "model"
         unpredicted = [c for c, p in zip(configs, predictions) if p is None]
@@ -371,6 +395,13 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             first = next(i for i, (c, _) in enumerate(predicted) if c == unchecked[0])
             predicted.insert(0, predicted.pop(first))
             notes.append(unchecked[1])
+        # a gain within the margin is none: stock goes first (a forced choice is the
+        # search's, which applied the margin to its trials)
+        margin = _within_margin(predicted, stock, job_steps) if force is None else None
+        if margin:
+            first = next(i for i, (c, _) in enumerate(predicted) if c == margin[0])
+            predicted.insert(0, predicted.pop(first))
+            notes.append(margin[1])
         best, best_p = predicted[0]
         ranked = predicted + [(c, None) for c in sorted(
             unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
@@ -415,6 +446,9 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     for i, (cfg, pred) in enumerate(ranked):
         if i == 0 and force is not None:
             reason = "autotuning trial of this candidate"
+        elif i == 0 and margin:
+            reason = (f"stock, kept: {best_p.seconds:.3g} s/step" + _job_time(best_p, job_steps)
+                      + f" ({best_p.source}); no candidate is {100 * MIN_GAIN:g}% faster")
         elif i == 0:
             reason = (f"fastest predicted: {best_p.seconds:.3g} s/step"
                       + _job_time(best_p, job_steps) + f" ({best_p.source})"
@@ -428,6 +462,11 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             reason = (f"predicted {pred.seconds:.3g} s/step{_job_time(pred, job_steps)}, "
                       f"faster, but no run of its {cfg.precision.value} beside stock's shows "
                       f"that it keeps the loss ({pred.source})")
+        elif margin and pred is not None and best_p is not None and \
+                job_seconds(pred, job_steps) < job_seconds(best_p, job_steps):
+            reason = (f"predicted {pred.seconds:.3g} s/step{_job_time(pred, job_steps)}, "
+                      f"faster than stock by less than the {100 * MIN_GAIN:g}% a gain must "
+                      f"clear ({pred.source})")
         elif pred is not None and best_p is not None:
             job = _job_time(pred, job_steps)  # (compared as ranked: by the job's time)
             than = (f"{job_seconds(best_p, job_steps):.3g} s" if job

@@ -355,6 +355,48 @@ def test_reduced_precision_is_not_chosen_on_a_prediction_alone():
     assert decide(lm_request(steps=100000), Measured(TRIALS)).chosen.precision.value == "bf16"
 
 
+def test_the_plan_keeps_stock_against_a_gain_within_the_margin():
+    """As the search does: a candidate replaces stock only if it makes the job at least
+    MIN_GAIN shorter, measured or predicted, by the job's time (its warm-up counted)."""
+    from modak_lib.perf.search import MIN_GAIN
+    from modak_lib.planner import decide
+
+    stock_key, tc = (None, "fp32", "glibc", 2), (None, "fp32", "tcmalloc", 2)
+    comp = ("torch.compile:default", "fp32", "glibc", 2)
+
+    def plan(table, measured=True, steps=1000, force=None):
+        return decide(lm_request(steps=steps), Measured(table, measured=measured), force=force)
+
+    def is_stock(c):
+        return (c.compiler, c.precision.value, c.allocator.value, c.threads) == stock_key
+
+    for measured in (True, False):
+        close = {stock_key: (0.050, 0.0, 2.10), tc: (0.050 * (1 - MIN_GAIN / 2), 0.0, 2.10),
+                 (None, "fp32", "glibc", 1): (0.080, 0.0, 2.10)}
+        d = plan(close, measured)
+        assert is_stock(d.chosen), (measured, d.chosen.label())
+        assert d.candidates[0].reason.startswith("stock, kept:")
+        kept = [n for n in d.notes if n.startswith("stock is kept:")]
+        assert len(kept) == 1 and "1.5% faster" in kept[0] and "tcmalloc" in kept[0]
+        assert ("measured" if measured else "predicted") + " 1.5% faster" in kept[0]
+        assert "less than the 3%" in d.candidates[1].reason
+        clear = {**close, tc: (0.050 * (1 - 2 * MIN_GAIN), 0.0, 2.10)}
+        assert plan(clear, measured).chosen.allocator.value == "tcmalloc"
+    # by the job's time: 10% faster a step, but a warm-up that eats most of it
+    per_step = {stock_key: (0.050, 0.0, 2.10), comp: (0.045, 4.0, 2.10)}
+    assert is_stock(plan(per_step, steps=1000).chosen)        # 49 s against 50 s
+    assert plan(per_step, steps=100000).chosen.compiler == "torch.compile:default"
+    # the search's choice is planned as it is: its trials applied the margin
+    d = plan(close, force=plan(close).candidates[1].configuration)
+    assert d.chosen.allocator.value == "tcmalloc" and d.decided_by == "autotune"
+    assert not any(n.startswith("stock is kept:") for n in d.notes)
+    # with an unchecked bf16 far ahead: its reason stays the loss, not the margin
+    d = plan({**close, (None, "bf16", "glibc", 2): (0.030, 0.0, None)}, measured=False)
+    assert is_stock(d.chosen)
+    bf16 = next(c for c in d.candidates if c.configuration.precision.value == "bf16")
+    assert "no run of its bf16 beside stock's" in bf16.reason
+
+
 def test_trials_always_include_stock():
     from modak_lib.planner import decide
     d = decide(lm_request().model_copy(update={"optimisation": lm_request().optimisation

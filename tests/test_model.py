@@ -671,6 +671,44 @@ def test_the_evaluation_settles_what_the_model_ranks_with_recorded_trials():
     assert ev.label(ev.searched(g, "lowo", slow)) == "stock"
 
 
+def test_the_evaluation_chooses_as_the_planner_does():
+    """``evaluate.planned``: the held-out model's fastest prediction, unless it is within the
+    planner's margin of stock's (then stock), as ``planner._within_margin`` decides."""
+    from modak_lib.perf.search import MIN_GAIN
+
+    def cfg(allocator="glibc", precision="fp32", predicted=1.0):
+        return {"compiler": "off", "threads": 2, "cores": 2, "allocator": allocator,
+                "precision": precision, "channels_last": 0, "onednn": 1, "lowo": predicted}
+    for gain, chosen in ((MIN_GAIN / 2, "stock"), (2 * MIN_GAIN, "tcmalloc")):
+        g = pd.DataFrame([cfg(), cfg(allocator="tcmalloc", predicted=1.0 - gain),
+                          cfg(precision="bf16", predicted=1.2)])
+        g["stock"] = m.stock_mask(g)
+        assert ev.label(ev.planned(g, "lowo")) == chosen
+    # no stock in the cell (or not predicted): the fastest, whatever its gain
+    g = pd.DataFrame([cfg(predicted=float("nan")), cfg(allocator="tcmalloc", predicted=0.99)])
+    g["stock"] = m.stock_mask(g)
+    assert ev.label(ev.planned(g, "lowo")) == "tcmalloc"
+
+
+def test_the_evaluation_tells_a_new_workloads_level_from_its_knobs():
+    """``evaluate.level_given``: a cell's predictions all off by one factor (its level) count
+    nothing; what is left is the configurations' times relative to one another."""
+    measured = [1.0, 2.0, 4.0, 1.0, 3.0]
+    cells = ["a", "a", "a", "b", "b"]
+    # cell a 1.5x too slow, cell b 0.5x: each level off, the ratios exact
+    off = [1.5, 3.0, 6.0, 0.5, 1.5]
+    assert ev.level_given(measured, off, cells) == pytest.approx(0.0)
+    assert m.mape(measured, off) == pytest.approx((0.5 * 3 + 0.5 * 2) / 5)
+    # one configuration of cell b 2x off relative to the other: the cell's geometric mean
+    # error is sqrt(2), so each is off by sqrt(2) the other way
+    ratio = [1.0, 2.0, 4.0, 2.0, 3.0]
+    want = (2 ** 0.5 - 1 + 1 - 2 ** -0.5) / 5
+    assert ev.level_given(measured, ratio, cells) == pytest.approx(want)
+    # a cell not predicted is left out
+    assert ev.level_given(measured, [1.0, 2.0, 4.0, float("nan"), float("nan")],
+                          cells) == pytest.approx(0.0)
+
+
 def test_the_evaluation_says_how_far_the_measurements_scatter_themselves():
     """``repeatability``: each run of a configuration measured twice or more against the
     median of its other runs; stock (its cell's level after the round correction) and

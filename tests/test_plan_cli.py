@@ -224,6 +224,9 @@ def test_json_from_every_command_that_prints_data(capsys):
     assert {"mobile-cnn", "gru", "transformer-lm"} <= {w["workload"] for w in data["per_family"]}
     assert data["estimators"]["gbr-split"]["lowo"] < data["estimators"]["linear"]["lowo"]
     assert all(0 <= w["mape_loco"] < 10 for w in data["per_family"])
+    # a held-out family's error is partly its level: with each cell's level given, less
+    lowo = data["overall"]["lowo"]
+    assert 0 < lowo["mape_level_given"] < lowo["mape"]
     # the shipped campaign measured its CPU targets on two machines each: their scatter
     rep = data["reproducibility"]
     assert rep["configurations"] > 50 and rep["targets"] >= 3 and 0 < rep["mape"] < 0.5

@@ -83,6 +83,7 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
                 rest = g.index[~g["stock"]]
                 cfg.loc[rest, f"{how}_stock"] = cfg.loc[rest, how] * shift
     runs = trial_runs(df)
+    cells = row_labels(cfg, cell) if len(cfg) else None
     decisions = []
     for key, g in cfg.groupby(cell, dropna=False):
         if len(g) < 2:
@@ -94,7 +95,7 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
         for how in HOLD_OUT:
             if g[how].isna().all():
                 continue
-            chosen = g.loc[g[how].idxmin()]
+            chosen = planned(g, how)
             row[f"chosen_{how}"] = label(chosen)
             row[f"regret_{how}"] = float(chosen["measured"] / best["measured"] - 1)
             row[f"vs_stock_{how}"] = (float(stock["measured"].iloc[0] / chosen["measured"])
@@ -134,6 +135,8 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
         overall[how] = {"mape": mape(cfg["measured"], cfg[how]),
                         "mape_after_stock": (mape(cfg["measured"], cfg[f"{how}_stock"])
                                              if how in ANCHORED else float("nan")),
+                        "mape_level_given": (level_given(cfg["measured"], cfg[how], cells)
+                                             if how in ANCHORED else float("nan")),
                         "median_regret": float(np.median(r)) if r else float("nan"),
                         "worst_vs_stock": float(min(v)) if v else float("nan"),
                         "median_regret_search": float(np.median(rs)) if rs else float("nan"),
@@ -150,6 +153,38 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
             "per_target": summary("target"), "decisions": decisions, "configurations": cfg,
             "estimators": estimators, "rows": int(len(df)), "machines": machines(df),
             "repeatability": repeatability(df), "reproducibility": reproducibility(df)}
+
+
+def planned(g, how: str):
+    """The configuration the planner runs from the held-out predictions ``g[how]`` of one
+    cell: the fastest predicted, unless it would not make a step ``search.MIN_GAIN`` shorter
+    than stock's prediction (``planner._within_margin``): then stock."""
+    from .search import MIN_GAIN
+
+    chosen = g.loc[g[how].idxmin()]
+    stock = g[g["stock"] & g[how].notna()]
+    if len(stock) and not chosen["stock"] and \
+            chosen[how] > stock[how].iloc[0] * (1.0 - MIN_GAIN):
+        return stock.iloc[0]
+    return chosen
+
+
+def level_given(measured, predicted, cells) -> float:
+    """MAPE of ``predicted`` once each cell's level is given: every prediction divided by
+    the geometric mean of its cell's predicted-over-measured ratios, so what is left is how
+    far the configurations' times relative to one another are off, plus the scatter of the
+    measured medians.  A held-out error far above it is the level of a new workload or
+    target (how fast it runs at all); near it, the knobs' effects."""
+    import numpy as np
+    import pandas as pd
+
+    m, p = np.asarray(measured, float), np.asarray(predicted, float)
+    ok = ~np.isnan(p) & (m > 0) & (p > 0)
+    if not ok.any():
+        return float("nan")
+    err = pd.Series(np.log(p[ok] / m[ok]))
+    level = err.groupby(np.asarray(cells)[ok]).transform("mean").to_numpy()
+    return float(np.mean(np.abs(np.exp(err.to_numpy() - level) - 1.0)))
 
 
 def machines(df) -> list[dict[str, Any]]:

@@ -395,6 +395,8 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             first = next(i for i, (c, _) in enumerate(predicted) if c == unchecked[0])
             predicted.insert(0, predicted.pop(first))
             notes.append(unchecked[1])
+        # what trials would examine: the candidates as predicted, before the margin
+        by_prediction = list(predicted)
         # a gain within the margin is none: stock goes first (a forced choice is the
         # search's, which applied the margin to its trials)
         margin = _within_margin(predicted, stock, job_steps) if force is None else None
@@ -403,18 +405,22 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             predicted.insert(0, predicted.pop(first))
             notes.append(margin[1])
         best, best_p = predicted[0]
-        ranked = predicted + [(c, None) for c in sorted(
+        rest = [(c, None) for c in sorted(
             unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
+        ranked, to_try = predicted + rest, by_prediction + rest
     else:
         decided_by = "prior"
         ranked = [(c, None) for c in sorted(
             configs, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
         best, best_p = ranked[0]
+        to_try = ranked
 
     # what the model cannot settle is settled by measuring: short trials of the top
     # candidates and stock (the deploy runs them first when autotuning is enabled)
     autotune: tuple[Configuration, ...] = ()
-    top = [p for _, p in ranked[:AUTOTUNE_K] if p is not None]
+    # (the top as predicted: stock kept by the margin does not hide a candidate whose
+    # interval says a trial could find it far faster)
+    top = [p for _, p in to_try[:AUTOTUNE_K] if p is not None]
     unsettled = None
     if decided_by == "model" and unchecked:
         unsettled = "reduced precision's effect on this script's loss is unmeasured"
@@ -425,7 +431,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     elif decided_by == "prior" and len(ranked) > 1:
         unsettled = "the model cannot speak for this workload on this target"
     if (unsettled or request.optimisation.enable_autotuning) and len(ranked) > 1:
-        autotune = _with_stock(tuple(c for c, _ in ranked[:AUTOTUNE_K]), stock)
+        autotune = _with_stock(tuple(c for c, _ in to_try[:AUTOTUNE_K]), stock)
     search = bool(unsettled) and request.optimisation.enable_autotuning and force is None
     if unsettled and search:
         notes.append(f"{unsettled}: the deploy first runs short trials of "
@@ -448,7 +454,8 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
             reason = "autotuning trial of this candidate"
         elif i == 0 and margin:
             reason = (f"stock, kept: {best_p.seconds:.3g} s/step" + _job_time(best_p, job_steps)
-                      + f" ({best_p.source}); no candidate is {100 * MIN_GAIN:g}% faster")
+                      + f" ({best_p.source}); no candidate that may replace it is "
+                      f"{100 * MIN_GAIN:g}% faster")
         elif i == 0:
             reason = (f"fastest predicted: {best_p.seconds:.3g} s/step"
                       + _job_time(best_p, job_steps) + f" ({best_p.source})"

@@ -390,6 +390,21 @@ def test_the_plan_keeps_stock_against_a_gain_within_the_margin():
     d = plan(close, force=plan(close).candidates[1].configuration)
     assert d.chosen.allocator.value == "tcmalloc" and d.decided_by == "autotune"
     assert not any(n.startswith("stock is kept:") for n in d.notes)
+    # stock kept, measured, but the candidate's prediction is wide: the plan still runs
+    # stock, and proposes the trials that could find the candidate far faster
+    class Wide(Measured):
+        def predict(self, request, configs):
+            out = super().predict(request, configs)
+            for i, c in enumerate(configs):
+                if out[i] is not None and c.allocator.value == "tcmalloc":
+                    out[i] = out[i].model_copy(update={
+                        "measured": False, "source": "model", "loss": None, "steps": None,
+                        "low": out[i].seconds * 0.6, "high": out[i].seconds * 1.4})
+            return out
+    d = decide(lm_request(steps=1000), Wide(close))
+    assert is_stock(d.chosen) and any("stock is kept:" in n for n in d.notes)
+    assert any(c.allocator.value == "tcmalloc" for c in d.autotune), d.autotune
+    assert any("within the model's uncertainty" in n for n in d.notes), d.notes
     # with an unchecked bf16 far ahead: its reason stays the loss, not the margin
     d = plan({**close, (None, "bf16", "glibc", 2): (0.030, 0.0, None)}, measured=False)
     assert is_stock(d.chosen)

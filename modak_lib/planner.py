@@ -23,7 +23,7 @@ from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_a
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
                      Launcher, Precision, Prediction, Runtime, compiler_id)
-from .perf.search import MIN_GAIN
+from .perf.search import MIN_GAIN, clears_margin
 from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
@@ -310,27 +310,35 @@ def _unchecked_precision(predicted: list[tuple[Configuration, Prediction]],
                   f"{LOSS_TOLERANCE:.0%}")
 
 
-def _within_margin(predicted: list[tuple[Configuration, Prediction]],
-                   stock: Optional[Configuration], steps: Optional[int]):
-    """Where the first of ``predicted`` is not stock and would not make the job at least
+def _to_front(ranked: list[tuple[Configuration, Optional[Prediction]]],
+              cfg: Configuration) -> bool:
+    """Move ``cfg``'s (configuration, prediction) to the front of ``ranked``, the others
+    kept in their order; False where it is not there."""
+    index = next((i for i, (c, _) in enumerate(ranked) if c == cfg), None)
+    if index is not None:
+        ranked.insert(0, ranked.pop(index))
+    return index is not None
+
+
+def _within_margin(leader: tuple[Configuration, Prediction], stock: Optional[Configuration],
+                   stock_p: Optional[Prediction], steps: Optional[int]) -> Optional[str]:
+    """Where the ``leader`` of the ranking is not stock and would not make the job at least
     ``MIN_GAIN`` shorter than stock's (both as predicted or measured, by the job's time):
-    stock, and a note on why it goes first; else None.  The budgeted search keeps stock
+    a note on why stock goes first instead; else None.  The budgeted search keeps stock
     unless a candidate beat it by that margin in every round; the plan asks the same of a
     prediction or of one short run's median, whose scatter on a shared machine is larger
     than such a gain."""
-    by_config = dict(predicted)
-    best, best_p = predicted[0]
-    stock_p = by_config.get(stock) if stock is not None else None
+    best, best_p = leader
     if stock_p is None or best == stock:
         return None
     mine, theirs = job_seconds(best_p, steps), job_seconds(stock_p, steps)
-    if mine <= theirs * (1.0 - MIN_GAIN):
+    if clears_margin(mine, theirs):
         return None
     how = "measured" if best_p.measured and stock_p.measured else "predicted"
-    return stock, (f"stock is kept: {best.label()}, the fastest other candidate, is {how} "
-                   f"{100 * (1.0 - mine / theirs):.1f}% faster than stock by the job's time, "
-                   f"less than the {100 * MIN_GAIN:g}% a gain must clear (as in the budgeted "
-                   "search: within what two short runs or a prediction scatter by)")
+    return (f"stock is kept: {best.label()}, the fastest other candidate, is {how} "
+            f"{100 * (1.0 - mine / theirs):.1f}% faster than stock by the job's time, less "
+            f"than the {100 * MIN_GAIN:g}% a gain must clear (as in the budgeted search: "
+            "within what two short runs or a prediction scatter by)")
 
 
 def decide(request: JobRequest, predictor: Predictor | None = None,
@@ -392,18 +400,17 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         # (a forced choice is the search's: its trials compared the losses)
         unchecked = _unchecked_precision(predicted, stock_p) if force is None else None
         if unchecked:  # the fastest that keeps fp32 (or whose loss was checked) goes first
-            first = next(i for i, (c, _) in enumerate(predicted) if c == unchecked[0])
-            predicted.insert(0, predicted.pop(first))
+            _to_front(predicted, unchecked[0])
             notes.append(unchecked[1])
         # what trials would examine: the candidates as predicted, before the margin
         by_prediction = list(predicted)
         # a gain within the margin is none: stock goes first (a forced choice is the
         # search's, which applied the margin to its trials)
-        margin = _within_margin(predicted, stock, job_steps) if force is None else None
+        margin = (_within_margin(predicted[0], stock, stock_p, job_steps) if force is None
+                  else None)
         if margin:
-            first = next(i for i, (c, _) in enumerate(predicted) if c == margin[0])
-            predicted.insert(0, predicted.pop(first))
-            notes.append(margin[1])
+            _to_front(predicted, stock)
+            notes.append(margin)
         best, best_p = predicted[0]
         rest = [(c, None) for c in sorted(
             unpredicted, key=lambda c: _prior_key(c, scores, requested, res.cpus_per_task))]
@@ -440,11 +447,9 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         notes.append(f"{unsettled}: short trials would settle it (enable autotuning in the "
                      "request, and the deploy runs them first; or playbooks/autotune.yml)")
     if force is not None:
-        index = next((i for i, (c, _) in enumerate(ranked) if c == force), None)
-        if index is None:
+        if not _to_front(ranked, force):
             raise InputError(f"configuration {force.label()} is not a candidate of this request",
                              request.source)
-        ranked.insert(0, ranked.pop(index))
         best, best_p = ranked[0]
         decided_by = "autotune"
 

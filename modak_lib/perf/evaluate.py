@@ -159,12 +159,12 @@ def planned(g, how: str):
     """The configuration the planner runs from the held-out predictions ``g[how]`` of one
     cell: the fastest predicted, unless it would not make a step ``search.MIN_GAIN`` shorter
     than stock's prediction (``planner._within_margin``): then stock."""
-    from .search import MIN_GAIN
+    from .search import clears_margin
 
     chosen = g.loc[g[how].idxmin()]
     stock = g[g["stock"] & g[how].notna()]
     if len(stock) and not chosen["stock"] and \
-            chosen[how] > stock[how].iloc[0] * (1.0 - MIN_GAIN):
+            not clears_margin(chosen[how], stock[how].iloc[0]):
         return stock.iloc[0]
     return chosen
 

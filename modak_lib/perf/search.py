@@ -61,6 +61,12 @@ MIN_CAP_S = 1.0  # a trial's time cap when the budget has nothing left: it stops
 MIN_GAIN = 0.03
 
 
+def clears_margin(mine: float, stock: float, min_gain: float = MIN_GAIN) -> bool:
+    """Whether a time ``mine`` is at least ``min_gain`` shorter than stock's ``stock``: the
+    one test of the margin, for the search's rounds, the planner and the evaluation."""
+    return mine <= stock * (1.0 - min_gain)
+
+
 @dataclass(frozen=True)
 class Trial:
     """What one trial of a candidate measured."""
@@ -289,7 +295,7 @@ class Halving:
                 return (f"faster than stock in the last round, but not in round {n} "
                         f"({mine:.0f} s for the job against stock's {stock:.0f} s): not "
                         f"consistently faster, stock kept")
-            if mine > stock * (1.0 - self.min_gain):
+            if not clears_margin(mine, stock, self.min_gain):
                 return (f"{1.0 - mine / stock:.1%} faster than stock in round {n} ({mine:.0f} s "
                         f"for the job against stock's {stock:.0f} s), less than the "
                         f"{100 * self.min_gain:g}% a gain must clear: within what two trials "

@@ -527,6 +527,49 @@ def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
         in both.source
 
 
+def test_a_later_plan_compares_the_searchs_trials_round_by_round_as_the_search_did():
+    """Seen from an installed MODAK: the search ran stock and jemalloc side by side in three
+    rounds seconds apart; jemalloc won the first and lost the next two, so the search kept
+    stock, and the job ran stock.  Pooled, stock's runs (0.111, 0.125, 0.099 and the job's
+    0.107: median 0.109) against jemalloc's (0.082, 0.149, 0.104: 0.104) made jemalloc 5%
+    faster, and the next plan chose it.  Each run is taken in its search round, as the
+    search took it: jemalloc is 5% slower (its median ratio to stock over the rounds)."""
+    base = synthetic(noise=0.01, workloads=("resnet18",))
+    runs = [(1, "glibc", 0.111), (1, "jemalloc", 0.082), (1, "tcmalloc", 0.130),
+            (2, "glibc", 0.125), (2, "jemalloc", 0.149),
+            (3, "glibc", 0.099), (3, "jemalloc", 0.104)]
+    at = "2026-11-22T00:{:02d}:{:02d}+00:00"  # (10 s apart)
+    trials = [row("mnist-cnn", "off", 2, alloc, "fp32", s, rep=n) | {
+        "source": "autotune", "recorded_at": at.format(i // 6, 10 * i % 60)}
+        for i, (n, alloc, s) in enumerate(runs)]
+    job = row("mnist-cnn", "off", 2, "glibc", "fp32", 0.107) | {
+        "source": "deploy", "repeat": None, "recorded_at": "2026-11-22T00:02:00+00:00"}
+    df = pd.concat([base, pd.DataFrame(trials + [job])], ignore_index=True)
+    # each search round is a round of its own, though all ran within a few minutes
+    y = m.training_frame(df)["y"].to_numpy()[len(base):]
+    measured = np.log([s for _, _, s in runs] + [0.107])
+    assert not np.allclose(y[:7], measured[:7]) and y[7] == pytest.approx(measured[7])
+    # and jemalloc beside stock: its median ratio over the three rounds, as the search saw it
+    jem = next(g for g in m.measured_groups(m.training_frame(df))
+               if g["workload"] == "mnist-cnn" and g["allocator"] == "jemalloc")
+    assert jem["rounds"] == 3 and jem["vs_stock"] == pytest.approx(math.log(0.104 / 0.099))
+    req = mnist_request()
+    req = req.model_copy(update={"optimisation": req.optimisation.model_copy(
+        update={"compilers": [], "allow_reduced_precision": False})})
+    plan = make_plan(req, predictor=predictor_for(df), run_id="t").plan
+    pred = {c.configuration.allocator: c.prediction for c in plan.candidates
+            if c.configuration.threads == 2 and c.prediction and c.prediction.measured}
+    assert pred[Allocator.jemalloc].seconds > pred[Allocator.glibc].seconds * 0.99, pred
+    assert plan.chosen.allocator == Allocator.glibc and plan.chosen.threads == 2, \
+        plan.chosen.label()
+    # the same runs without their search rounds (a campaign's, minutes apart): one round,
+    # nothing to correct with
+    far = df.copy()
+    late = far.index >= len(base)
+    far.loc[late, "source"] = "campaign"
+    assert np.allclose(m.training_frame(far)["y"].to_numpy()[late], measured)
+
+
 def compiled_only_elsewhere():
     """MNIST-CNN never compiled; ResNet-18 compiled: 2x faster per step after 60 s."""
     df = synthetic(noise=0.01, skip={("mnist-cnn", "torch.compile:default", t, a, p)

@@ -99,13 +99,45 @@ ROUND_GAP_S = 300  # runs of one cell further apart than this are in different r
 ROUND_MIN_RUNS = 2  # a round of fewer runs tells nothing about the machine's speed then
 
 
+def round_labels(df):
+    """Per row, its round: a number shared by the runs of one interleaved round, -1 for a row
+    with no time (or no positive time per step).
+
+    A round is a run of a cell's measurements (workload, batch, target and the target's
+    figures: ``TARGET_KEYS``) with no gap longer than ROUND_GAP_S between them; a search's
+    trials (``source`` autotune) carry their round's number (``repeat``), and a new number
+    starts a new round: the search's rounds run seconds apart, and it compared its trials
+    round by round."""
+    import numpy as np
+    import pandas as pd
+
+    labels = np.full(len(df), -1)
+    if "recorded_at" not in df or not len(df):
+        return labels
+    secs = (recorded_times(df) - pd.Timestamp(0, tz="UTC")).dt.total_seconds() \
+        .to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = np.log(df["s_per_step"].astype(float).to_numpy())
+    cells = row_labels(df, [k for k in TARGET_KEYS if k in df])
+    searched = search_rounds(df)
+    first = 0
+    for idx in cells.groupby(cells).indices.values():
+        idx = idx[~np.isnan(secs[idx]) & np.isfinite(y[idx])]
+        if not len(idx):
+            continue
+        idx = idx[np.argsort(secs[idx], kind="stable")]
+        labels[idx] = first + np.concatenate([[0], np.cumsum(
+            (np.diff(secs[idx]) > ROUND_GAP_S) | (np.diff(searched[idx]) != 0))])
+        first = labels[idx].max() + 1
+    return labels
+
+
 def round_shift(df):
     """Per row, how much slower (log) the machine ran in the row's round than usual.
 
     This shared machine's speed drifts by tens of percent between minutes (other tenants),
-    but the runs of one interleaved round (a campaign's cell, a search's trials) share it.
-    A round is a run of a cell's measurements (workload, batch, target and the target's
-    figures: ``TARGET_KEYS``) with no gap longer than ROUND_GAP_S between them.  Each
+    but the runs of one interleaved round (:func:`round_labels`: a campaign's cell, a
+    search's round of trials) share it.  Each
     measurement is modelled, in log time, as its configuration's level plus its round's
     effect, and both are estimated by medians, alternately (Tukey's median polish): a
     round's effect is the median over **all** its runs of how far each is from its
@@ -115,24 +147,33 @@ def round_shift(df):
     round fewer than ROUND_MIN_RUNS runs, or a row no time: then there is nothing to
     correct with."""
     import numpy as np
-    import pandas as pd
 
     shift = np.zeros(len(df))
-    if "recorded_at" not in df or not len(df):
+    labels = round_labels(df)
+    if not len(df) or (labels < 0).all():
         return shift
-    secs = (recorded_times(df) - pd.Timestamp(0, tz="UTC")).dt.total_seconds() \
-        .to_numpy(dtype=float)
     y = np.log(df["s_per_step"].astype(float).to_numpy())
     cells = row_labels(df, [k for k in TARGET_KEYS if k in df])
     configs = row_labels(df, [k for k in CONFIG_KEYS if k in df]).to_numpy()
     for idx in cells.groupby(cells).indices.values():
-        idx = idx[~np.isnan(secs[idx]) & np.isfinite(y[idx])]
+        idx = idx[labels[idx] >= 0]
         if len(idx) < 2 * ROUND_MIN_RUNS:
             continue
-        idx = idx[np.argsort(secs[idx], kind="stable")]
-        rounds = np.concatenate([[0], np.cumsum(np.diff(secs[idx]) > ROUND_GAP_S)])
+        rounds = np.unique(labels[idx], return_inverse=True)[1]
         shift[idx] = _polish(y[idx], configs[idx], rounds)
     return shift
+
+
+def search_rounds(df):
+    """Per row, the search round a trial ran in (``repeat`` of a row whose ``source`` is
+    autotune), else -1 (a campaign's or a job's run: its round is told by time alone)."""
+    import numpy as np
+    import pandas as pd
+
+    if "source" not in df or "repeat" not in df:
+        return np.full(len(df), -1.0)
+    n = pd.to_numeric(df["repeat"], errors="coerce").to_numpy(dtype=float)
+    return np.where((df["source"].astype(str) == "autotune").to_numpy() & ~np.isnan(n), n, -1.0)
 
 
 def _polish(y, configs, rounds, sweeps: int = 20):
@@ -707,7 +748,16 @@ def export_trees(est) -> Optional[dict[str, Any]]:
 
 def measured_groups(df) -> list[dict[str, Any]]:
     """Median, min, max and count of s/step per measured configuration, image and target
-    (its CPU, cores and accelerator: a run on the CPU is not a GPU node's measurement)."""
+    (its CPU, cores and accelerator: a run on the CPU is not a GPU node's measurement).
+
+    Of a training frame (:func:`training_frame`), the times are its runs' corrected by their
+    rounds (``y``).  And a configuration that ran beside stock in the same rounds
+    (:func:`round_labels`: a search's, a campaign's) has ``vs_stock``: the median over those
+    rounds of its log time less stock's, and ``rounds``, their count.  That is how the search
+    compared them: pooled, stock's runs of every round and of the job against a candidate's
+    own, a candidate that lost to stock in two of three rounds was measured 5% faster."""
+    import numpy as np
+
     keys = ["fingerprint", "workload", "microarchitecture", "cores", "accelerator",
             "framework", "image", "batch_size"] + CONFIG_KEYS
     d = df.copy()
@@ -717,11 +767,21 @@ def measured_groups(df) -> list[dict[str, Any]]:
         d[k] = d[k].astype(object).where(d[k].notna(), None)
     for k in INT_KEYS:
         d[k] = d[k].astype(float).round().astype(int)
+    d["_y"] = d["y"].astype(float) if "y" in d else np.log(d["s_per_step"].astype(float))
+    d["_round"] = round_labels(d)
+    d["_place"] = row_labels(d, keys[:-len(CONFIG_KEYS)])
+    beside = d[stock_mask(d) & (d["_round"] >= 0)]
+    stock_in = beside.groupby(["_place", "_round"])["_y"].median().to_dict()
     out = []
     for key, g in d.groupby(keys, dropna=False):
         rec = {k: _plain(v) for k, v in zip(keys, key)}
-        s = g["s_per_step"].astype(float)
+        s = np.exp(g["_y"])
         rec.update(median=float(s.median()), min=float(s.min()), max=float(s.max()), n=len(s))
+        if not stock_mask(g.iloc[:1]).iloc[0]:
+            mine = g[g["_round"] >= 0].groupby(["_place", "_round"])["_y"].median()
+            diffs = [v - stock_in[k] for k, v in mine.items() if k in stock_in]
+            if diffs:
+                rec.update(vs_stock=float(np.median(diffs)), rounds=len(diffs))
         for col, name in (("compile_s", "warmup_s"), ("final_loss", "loss"), ("steps", "steps")):
             v = g[col].astype(float).median() if col in g else float("nan")
             rec[name] = None if v != v else (int(v) if name == "steps" else float(v))

@@ -309,8 +309,15 @@ class FastPredictor:
                          key=lambda m: m.get("image") != row["image"])
             if hit:
                 m = hit[0]
-                out.append(Prediction(seconds=m["median"], low=m["min"], high=m["max"],
-                                      source=f"measured median of {m['n']} run(s)",
+                seconds, how = m["median"], f"measured median of {m['n']} run(s)"
+                stock = self._stock_beside(m, same, target.cores_per_node)
+                if stock is not None:
+                    seconds = stock["median"] * math.exp(m["vs_stock"])
+                    how += (f", taken as {math.exp(m['vs_stock']):.3f}x stock's measured median "
+                            f"({stock['n']} run(s)): its median ratio in the {m['rounds']} "
+                            "round(s) they ran side by side")
+                out.append(Prediction(seconds=seconds, low=min(m["min"], seconds),
+                                      high=max(m["max"], seconds), source=how,
                                       measured=True, warmup_s=m.get("warmup_s"),
                                       loss=m.get("loss"), steps=m.get("steps")))
             elif lacking:
@@ -330,6 +337,19 @@ class FastPredictor:
                                       high=mid * math.exp(Z90 * sigma), source=how,
                                       warmup_s=warm))
         return out
+
+    @staticmethod
+    def _stock_beside(m: dict[str, Any], same: list[dict[str, Any]], cores: int
+                      ) -> Optional[dict[str, Any]]:
+        """Stock's measured group that ``m`` ran beside in some rounds (``vs_stock``), in the
+        same image, framework and batch: ``m``'s time is then stock's times their ratio in
+        those rounds, as the search compared them (``fit.measured_groups``)."""
+        if m.get("vs_stock") is None:
+            return None
+        stock = {**F.STOCK, "threads": cores}
+        return next((s for s in same if all(str(s[k]) == str(stock[k]) for k in CONFIG_KEYS)
+                     and all(s.get(k) == m.get(k) for k in ("image", "framework", "batch_size"))),
+                    None)
 
     def _warmup(self, row: dict[str, Any], same: list[dict[str, Any]]
                 ) -> tuple[Optional[float], str]:

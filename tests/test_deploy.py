@@ -246,6 +246,10 @@ def test_autotuning_trials_go_through_the_job_path_into_the_store(deploy):
     assert {r["source"] for r in rows} == {"autotune"} and len(rows) == trials
     # short trials: the runtime stopped the 1000-step script after 8 (then 16) steps
     assert all(r["status"] == "capped" and r["steps"] in (8, 16) for r in rows)
+    # each trial is stored with the search round it ran in: the model compares the runs of
+    # one round, as the search did, though all ran within minutes
+    assert all(r["repeat"] == {8: 1, 16: 2}[r["steps"]] for r in rows), \
+        [(r["steps"], r["repeat"]) for r in rows]
     stock = [r for r in rows if r["compiler"] == "off" and r["allocator"] == "glibc"
              and r["precision"] == "fp32" and r["threads"] == r["cores"]]
     assert len(stock) == rounds  # stock runs in every round

@@ -15,6 +15,7 @@ ARGS = dict(
     plan=dict(type="dict", required=True),
     store=dict(type="path"),
     source=dict(type="str", default="deploy", choices=["deploy", "autotune", "campaign"]),
+    repeat=dict(type="int"),
     require=dict(type="bool", default=True),
     refit=dict(type="bool", default=False),
 )
@@ -70,6 +71,7 @@ class ActionModule(ActionBase):
             # a run outside any container ran in the host's environment, not the image's
             image = HOST_IMAGE if plan.get("runtime") == "none" else plan["image"]["variant"]
             rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
+                                 repeat=args["repeat"],
                                  image=image, target=target["name"],
                                  accelerator=acc.get("model") or acc.get("vendor"),
                                  microarchitecture=target.get("microarchitecture"),

@@ -37,6 +37,14 @@ options:
     type: str
     choices: [deploy, autotune, campaign]
     default: deploy
+  repeat:
+    description:
+      - The round of a series of interleaved runs this run was in (a search's round, from 1).
+      - The performance model compares the runs of one round with one another; an C(autotune)
+        run with it belongs to its search round, not only to the minutes it ran in, so a
+        later plan compares the search's candidates with stock round by round, as the search
+        did.
+    type: int
   require:
     description: Fail when the output holds no figure of merit.
     type: bool

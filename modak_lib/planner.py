@@ -23,7 +23,7 @@ from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_a
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
                      Launcher, Precision, Prediction, Runtime, compiler_id)
-from .perf.search import MIN_GAIN, clears_margin
+from .perf.search import MIN_GAIN, clears_margin, wall_steps
 from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
@@ -231,9 +231,9 @@ def planned_steps(res: Resources, stock: Optional[Prediction],
     neither."""
     if known:
         return known
-    if res.walltime_s and stock is not None and stock.seconds > 0:
-        return (max(1, int(res.walltime_s / stock.seconds)),
-                f"as many as its wall time ({res.walltime_s:g} s) holds at stock's "
+    steps = wall_steps(res.walltime_s, stock.seconds if stock is not None else None)
+    if steps:
+        return (steps, f"as many as its wall time ({res.walltime_s:g} s) holds at stock's "
                 "predicted speed: the application states no steps and never ran in full")
     return None, ""
 

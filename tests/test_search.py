@@ -1,6 +1,7 @@
 """The budgeted search (modak_lib/perf/search.py): successive halving with stock always in,
 loss-changing candidates rejected, compile time amortised over the job, never slower than
 the stock trial, within its budget; on recorded trial figures and on one real short run."""
+import json
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import pytest
 from conftest import ROOT
 
 from modak_lib.models import Configuration
-from modak_lib.perf.search import Trial, changes_result, job_seconds, search
+from modak_lib.perf.search import Halving, Trial, changes_result, job_seconds, search
 
 IMAGE = "pytorch-2.13.0-cpu"
 STOCK = Configuration(image=IMAGE, threads=2)
@@ -422,9 +423,7 @@ def test_trials_always_include_stock():
 
 def test_the_search_driven_round_by_round_through_its_state_matches_the_loop():
     """As a playbook drives it: state saved and read back between rounds."""
-    import json
 
-    from modak_lib.perf.search import Halving
     run, _ = recorded(LM)
     h = Halving([BF16, COMPILE, BOTH, TCMALLOC, ONE], STOCK, job_steps=100000, budget_s=600)
     while True:
@@ -473,6 +472,21 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
     asked.record(trials)
     assert asked.job_steps == 5000 and "re-based on stock's first trial" in how
     assert asked.out.budget_s == pytest.approx(0.1 * (0.1 + 0.0134 * 5000))
+    # a job that states no steps is as long as its wall time holds at stock's speed as its
+    # first trial measured it (the planner's rule), not a fixed guess: a compiler 25% faster
+    # a step that compiles for 40 s pays in a 1200 s job (89552 steps at 0.0134 s)
+    assert walled.job_steps == 1200 // 0.0134
+    compiled = Trial(COMPILE, 10, 0.010, 40.0, 45.0, 1.5)
+    for known_speed in (False, True):  # (with the plan's prediction of stock: the same)
+        p = {**plan, "autotune": [c.model_dump(mode="json") for c in (STOCK, COMPILE)]}
+        if known_speed:
+            p["candidates"] = [{**c, "prediction": {"seconds": 0.05}} for c in p["candidates"]]
+        h, how = ActionModule._start(p, args, Configuration)
+        assert "as many as that holds at stock's speed" in how
+        h.record([trials[0], compiled])
+        assert h.job_steps == 1200 // 0.0134 and h.outcome().chosen == COMPILE, h.out.verdicts
+        # and the state keeps the wall time for the rounds to come
+        assert Halving.from_state(json.loads(json.dumps(h.state()))).walltime_s == 1200
     # a job whose plan predicts 90 s (3000 steps at 0.03 s): 9 s affords no trial of 10 s
     # overhead (the first round of such a job took 40 s through the job path)
     known = {**plan, "steps": 3000, "candidates": [

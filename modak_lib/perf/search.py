@@ -12,7 +12,9 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   the same precision under torch.compile matched fp32;
 - **compile time is amortised over the job's planned length**: a candidate is ranked by
   ``warm-up + s/step x job steps``, so a compiler that pays only after two hours is not
-  chosen for a ten-minute job;
+  chosen for a ten-minute job.  A job that states no steps (``job_steps`` None) is as long
+  as its wall time (``walltime_s``) holds at stock's speed as its first trial measured it
+  (:func:`wall_steps`, the planner's rule too): an upper bound, as the planner's;
 - **the budget** is a fraction of the job's expected run time (stock's), in seconds of
   trial wall time; a round that would exceed it is not started.  The first round runs
   without a measured cost to go by: it is cut to the candidates that fit the budget at an
@@ -95,11 +97,25 @@ class Outcome:
                 f"{self.rounds} round(s), {self.spent_s:.0f} s of a {self.budget_s:.0f} s budget")
 
 
-def job_seconds(trial: Trial, job_steps: int) -> float:
-    """How long the job would take with this candidate: its warm-up once, then its steps."""
+def job_seconds(trial: Trial, job_steps: Optional[int]) -> float:
+    """How long the job would take with this candidate: its warm-up once, then its steps;
+    per step where the job's length is unknown."""
     if trial.s_per_step is None:
         return math.inf
-    return trial.warmup_s + trial.s_per_step * job_steps
+    return trial.warmup_s + trial.s_per_step * job_steps if job_steps else trial.s_per_step
+
+
+def wall_steps(walltime_s: Optional[float], s_per_step: Optional[float]) -> Optional[int]:
+    """As many steps as the wall time holds at this speed: the length of a job that states
+    no steps (an upper bound: a job that stops sooner makes a compiler's warm-up weigh
+    more).  None where either is unknown."""
+    if walltime_s and s_per_step and s_per_step > 0:
+        return max(1, int(walltime_s / s_per_step))
+    return None
+
+
+def _job(job_steps: Optional[int]) -> str:
+    return f"a {job_steps}-step job" if job_steps else "a job of unknown length (per step)"
 
 
 def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str]:
@@ -124,11 +140,13 @@ class Halving:
     ``outcome()`` is the choice.  ``state()``/``from_state()`` keep it between calls."""
 
     def __init__(self, candidates: Sequence[Configuration], stock: Configuration, *,
-                 job_steps: int, budget_s: float, first_steps: int = 10, eta: int = 2,
-                 loss_tolerance: float = 0.05, max_rounds: int = 4,
+                 job_steps: Optional[int], budget_s: float, first_steps: int = 10,
+                 eta: int = 2, loss_tolerance: float = 0.05, max_rounds: int = 4,
                  budget_fraction: Optional[float] = None, trial_overhead_s: float = 0.0,
-                 s_per_step: Optional[float] = None, min_gain: float = MIN_GAIN):
-        self.stock, self.job_steps, self.budget_s = stock, job_steps, budget_s
+                 s_per_step: Optional[float] = None, min_gain: float = MIN_GAIN,
+                 walltime_s: Optional[float] = None):
+        self.stock, self.job_steps, self.budget_s = stock, job_steps or None, budget_s
+        self.walltime_s = walltime_s
         self.min_gain = min_gain
         self.budget_fraction = budget_fraction
         # the first round's cost before anything is measured: per trial, this much plus
@@ -210,6 +228,8 @@ class Halving:
             out.spent_s += t.wall_s
         self.last.update(results)
         base = results.get(self.stock)
+        if self.job_steps is None and base is not None:  # (a job that states no steps)
+            self.job_steps = wall_steps(self.walltime_s, base.s_per_step)
         if self.budget_fraction and base is not None and base.s_per_step is not None:
             out.budget_s = self.budget_s = self.budget_fraction * job_seconds(
                 base, self.job_steps)  # the job's time as stock measured it
@@ -260,7 +280,7 @@ class Halving:
                 best, best_s = c, secs
         for c in self.pool[1:]:
             out.verdicts.setdefault(c.label(), self._chosen(c) if c == best else
-                                    f"slower than {best.label()} for a {self.job_steps}-step job")
+                                    f"slower than {best.label()} for {_job(self.job_steps)}")
         out.verdicts[self.stock.label()] = (
             "chosen (nothing measured faster without changing the result)" if best == self.stock
             else f"stock: {job_seconds(base, self.job_steps):.0f} s for the job")
@@ -312,6 +332,7 @@ class Halving:
         def trial(t: Trial) -> dict:
             return {**t.__dict__, "configuration": t.configuration.model_dump(mode="json")}
         return {"stock": self.stock.model_dump(mode="json"), "job_steps": self.job_steps,
+                "walltime_s": self.walltime_s,
                 "budget_s": self.budget_s, "budget_fraction": self.budget_fraction,
                 "trial_overhead_s": self.trial_overhead_s, "s_per_step": self.s_per_step,
                 "eta": self.eta, "tolerance": self.tolerance,
@@ -330,7 +351,8 @@ class Halving:
                 budget_s=st["budget_s"], eta=st["eta"], loss_tolerance=st["tolerance"],
                 max_rounds=st["max_rounds"], budget_fraction=st.get("budget_fraction"),
                 trial_overhead_s=st.get("trial_overhead_s", 0.0),
-                s_per_step=st.get("s_per_step"), min_gain=st.get("min_gain", MIN_GAIN))
+                s_per_step=st.get("s_per_step"), min_gain=st.get("min_gain", MIN_GAIN),
+                walltime_s=st.get("walltime_s"))
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.steps, h.finished = st["steps"], st["finished"]
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
@@ -341,12 +363,12 @@ class Halving:
 
 
 def search(candidates: Sequence[Configuration], stock: Configuration,
-           run: Callable[[Configuration, int, Optional[float]], Trial], *, job_steps: int,
-           budget_s: float,
+           run: Callable[[Configuration, int, Optional[float]], Trial], *,
+           job_steps: Optional[int], budget_s: float,
            first_steps: int = 10, eta: int = 2, loss_tolerance: float = 0.05,
            max_rounds: int = 4, budget_fraction: Optional[float] = None,
            trial_overhead_s: float = 0.0, s_per_step: Optional[float] = None,
-           min_gain: float = MIN_GAIN) -> Outcome:
+           min_gain: float = MIN_GAIN, walltime_s: Optional[float] = None) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring.  ``run(configuration, steps, cap)`` runs
     one trial, stopping it after ``cap`` seconds (None: no cap) as the runtime does with
@@ -354,7 +376,8 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
     h = Halving(candidates, stock, job_steps=job_steps, budget_s=budget_s,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
                 max_rounds=max_rounds, budget_fraction=budget_fraction,
-                trial_overhead_s=trial_overhead_s, s_per_step=s_per_step, min_gain=min_gain)
+                trial_overhead_s=trial_overhead_s, s_per_step=s_per_step, min_gain=min_gain,
+                walltime_s=walltime_s)
     while True:
         step = h.next_round()
         if step is None:
@@ -373,7 +396,7 @@ def _estimate(trial: Optional[Trial], steps: int) -> float:
     return fixed + trial.s_per_step * steps
 
 
-def _settled(t: Trial, stock: Trial, job_steps: int) -> bool:
+def _settled(t: Trial, stock: Trial, job_steps: Optional[int]) -> bool:
     """Two left and a clear difference (over 20%): more steps will not change the order."""
     a, b = job_seconds(t, job_steps), job_seconds(stock, job_steps)
     return max(a, b) > 1.2 * min(a, b)

@@ -21,6 +21,7 @@ from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import c
 
 # how the budget of a job of known steps is kept: on stock's measured job time
 REBASED = "; re-based on stock's first trial"
+DEFAULT_JOB_S = 3600.0  # a job that states neither its steps nor its wall time
 
 
 class ActionModule(ActionBase):
@@ -114,23 +115,29 @@ class ActionModule(ActionBase):
                      if Configuration(**c["configuration"]) == stock), None) or {}
         per_step = pred.get("seconds")
         wall = plan.get("walltime_s")
-        stated = args["job_steps"] or plan.get("steps") or 0  # the variable, else the plan's
-        steps = stated or (int(wall / per_step) if wall and per_step else 0) or 10000
-        expected = steps * per_step if per_step else (wall or 3600)
-        budget = args["budget_fraction"] * expected
+        stated = args["job_steps"] or plan.get("steps") or None  # the variable, else the plan's
         # only a job of stated steps has a length that stock's trial measures better than
-        # the plan predicted; otherwise its length is its wall time (the steps a guess)
+        # the plan predicted; otherwise its length is its wall time, and its steps as many
+        # as that holds at stock's speed as its first trial measures it (search.wall_steps)
         rebase = args["budget_fraction"] if stated else None
-        how = ("%.0f s: %.0f%% of the job's expected %.0f s (%d steps%s)" % (
-            budget, 100 * args["budget_fraction"], expected, steps,
-            " at stock's predicted %.3g s/step" % per_step if per_step else
-            ", stock's speed unknown: the wall time")
+        if stated:
+            expected = stated * per_step if per_step else (wall or DEFAULT_JOB_S)
+            length = "%d steps%s" % (stated, " at stock's predicted %.3g s/step" % per_step
+                                     if per_step else ", stock's speed unknown: the wall time")
+        else:
+            expected = wall or DEFAULT_JOB_S
+            length = ("its wall time: it states no steps; as many as that holds at stock's "
+                      "speed, as its first trial measures it" if wall else
+                      "no steps and no wall time stated: an hour")
+        budget = args["budget_fraction"] * expected
+        how = ("%.0f s: %.0f%% of the job's expected %.0f s (%s)" % (
+            budget, 100 * args["budget_fraction"], expected, length)
             + (REBASED if rebase else ""))
-        return Halving(trials, stock, job_steps=steps, budget_s=budget,
+        return Halving(trials, stock, job_steps=stated, budget_s=budget,
                        first_steps=args["first_steps"], max_rounds=args["max_rounds"],
                        loss_tolerance=args["loss_tolerance"], budget_fraction=rebase,
                        trial_overhead_s=args["trial_overhead_s"], s_per_step=per_step,
-                       min_gain=args["min_gain"]), how
+                       min_gain=args["min_gain"], walltime_s=wall), how
 
     @staticmethod
     def _trial(rec, Trial, Configuration):

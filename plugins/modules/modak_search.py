@@ -69,8 +69,9 @@ options:
     default: 0.1
   job_steps:
     description: Optimizer steps the job will run (0 - the plan's C(steps), which the request's
-      application states or its last full run under the same arguments made, else from the
-      wall time and stock's speed).
+      application states or its last full run under the same arguments made, else as many as
+      the plan's wall time holds at stock's speed as its first trial measures it; neither -
+      candidates are compared per step, their warm-up not counted).
     type: int
     default: 0
   first_steps:

@@ -770,14 +770,15 @@ def measured_groups(df) -> list[dict[str, Any]]:
     d["_y"] = d["y"].astype(float) if "y" in d else np.log(d["s_per_step"].astype(float))
     d["_round"] = round_labels(d)
     d["_place"] = row_labels(d, keys[:-len(CONFIG_KEYS)])
-    beside = d[stock_mask(d) & (d["_round"] >= 0)]
+    d["_stock"] = stock_mask(d)
+    beside = d[d["_stock"] & (d["_round"] >= 0)]
     stock_in = beside.groupby(["_place", "_round"])["_y"].median().to_dict()
     out = []
     for key, g in d.groupby(keys, dropna=False):
         rec = {k: _plain(v) for k, v in zip(keys, key)}
         s = np.exp(g["_y"])
         rec.update(median=float(s.median()), min=float(s.min()), max=float(s.max()), n=len(s))
-        if not stock_mask(g.iloc[:1]).iloc[0]:
+        if not g["_stock"].iloc[0]:
             mine = g[g["_round"] >= 0].groupby(["_place", "_round"])["_y"].median()
             diffs = [v - stock_in[k] for k, v in mine.items() if k in stock_in]
             if diffs:

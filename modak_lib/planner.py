@@ -23,7 +23,7 @@ from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_a
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
                      Launcher, Precision, Prediction, Runtime, compiler_id)
-from .perf.search import MIN_GAIN, clears_margin, wall_steps
+from .perf.search import MIN_GAIN, clears_margin, job_time, wall_steps
 from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
@@ -239,9 +239,9 @@ def planned_steps(res: Resources, stock: Optional[Prediction],
 
 
 def job_seconds(p: Prediction, steps: Optional[int]) -> float:
-    """A candidate's time for the job: its warm-up once (measured) and its steps; per step
-    when the job's length is unknown."""
-    return p.seconds * steps + (p.warmup_s or 0.0) if steps else p.seconds
+    """A candidate's time for the job (``search.job_time``): its warm-up once (measured)
+    and its steps; per step when the job's length is unknown."""
+    return job_time(p.seconds, p.warmup_s or 0.0, steps)
 
 
 def _job_time(p: Prediction, steps: Optional[int]) -> str:

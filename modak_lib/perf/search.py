@@ -97,12 +97,18 @@ class Outcome:
                 f"{self.rounds} round(s), {self.spent_s:.0f} s of a {self.budget_s:.0f} s budget")
 
 
+def job_time(s_per_step: float, warmup_s: float, job_steps: Optional[int]) -> float:
+    """A candidate's time for the job: its warm-up once, then its steps; per step where the
+    job's length is unknown (the search's trials and the planner's predictions alike)."""
+    return warmup_s + s_per_step * job_steps if job_steps else s_per_step
+
+
 def job_seconds(trial: Trial, job_steps: Optional[int]) -> float:
-    """How long the job would take with this candidate: its warm-up once, then its steps;
-    per step where the job's length is unknown."""
+    """How long the job would take with this candidate (:func:`job_time`; a failed trial:
+    infinite)."""
     if trial.s_per_step is None:
         return math.inf
-    return trial.warmup_s + trial.s_per_step * job_steps if job_steps else trial.s_per_step
+    return job_time(trial.s_per_step, trial.warmup_s, job_steps)
 
 
 def wall_steps(walltime_s: Optional[float], s_per_step: Optional[float]) -> Optional[int]:

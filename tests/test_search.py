@@ -2,6 +2,7 @@
 loss-changing candidates rejected, compile time amortised over the job, never slower than
 the stock trial, within its budget; on recorded trial figures and on one real short run."""
 import json
+from dataclasses import replace
 import os
 import subprocess
 import sys
@@ -194,6 +195,37 @@ def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():
     out = search([TCMALLOC, BF16], STOCK, by_round(faster), job_steps=1000, budget_s=600,
                  max_rounds=2)
     assert out.chosen == TCMALLOC and [t.round for t in out.trials] == [1, 1, 1, 2, 2]
+
+
+def test_a_round_the_budget_cuts_short_does_not_undo_an_earlier_win():
+    """Seen in the held-out benchmark: bf16 beat stock clearly in round 1; round 2's stock
+    trial then took longer than estimated, and bf16's round-2 trial, capped at what was
+    left, stopped before its first step ended.  Judged on that round alone, bf16 'failed'
+    and stock was kept.  A trial the budget stopped says nothing against its configuration:
+    the search ends on what the earlier rounds measured."""
+    seen: dict = {}
+
+    def run(config, steps, cap=None):
+        n = seen[config] = seen.get(config, -1) + 1
+        if n == 1 and config == BF16:  # round 2: the budget's leftovers, 1.7 s
+            return Trial(config, 0, None, 0.0, 1.7, None,
+                         "stopped at its time cap of 1.7 s before its first step ended",
+                         capped=True)
+        s = {STOCK: 0.050, BF16: 0.035, TCMALLOC: 0.049}[config]
+        return Trial(config, steps, s, 0.0, 3.0 + s * steps, 1.0)
+
+    out = search([BF16, TCMALLOC], STOCK, run, job_steps=5000, budget_s=600)
+    assert out.rounds == 2 and out.chosen == BF16
+    assert "faster than stock by 30.0% in round 1" in out.verdicts[BF16.label()]
+    # the same trial failing for its own reasons (not the cap) still rules it out
+    seen.clear()
+
+    def crashing(config, steps, cap=None):
+        t = run(config, steps, cap)
+        return replace(t, capped=False, failed="RuntimeError") if t.capped else t
+
+    out = search([BF16, TCMALLOC], STOCK, crashing, job_steps=5000, budget_s=600)
+    assert out.chosen == STOCK and "RuntimeError" in out.verdicts[BF16.label()]
 
 
 def test_a_gain_within_the_margin_keeps_stock():

@@ -80,6 +80,9 @@ class Trial:
     final_loss: Optional[float] = None
     failed: Optional[str] = None      # why it failed, if it did
     round: int = 0                    # the search's round it ran in (set by Halving.record)
+    # stopped at its time cap (its share of the budget) before it measured a step time:
+    # the budget ran out, which says nothing against the configuration
+    capped: bool = False
 
 
 @dataclass
@@ -232,7 +235,15 @@ class Halving:
         for t in trials:
             out.trials.append(t)
             out.spent_s += t.wall_s
-        self.last.update(results)
+        # a candidate the budget stopped in this round before it measured anything keeps
+        # what it measured in the rounds before: the round ran out of budget, and the
+        # search ends on the evidence it has (an interrupted round must not undo a win)
+        kept = {c: self.last[c] for c, t in results.items()
+                if t.capped and self.last.get(c) is not None
+                and self.last[c].s_per_step is not None}
+        self.last.update({c: t for c, t in results.items() if c not in kept})
+        if kept:
+            self.finished = True
         base = results.get(self.stock)
         if self.job_steps is None and base is not None:  # (a job that states no steps)
             self.job_steps = wall_steps(self.walltime_s, base.s_per_step)
@@ -246,7 +257,7 @@ class Halving:
             return
         ranked = []
         for c in self.pool[1:]:
-            t = results.get(c)
+            t = kept.get(c) or results.get(c)
             why = ("not measured" if t is None else t.failed and f"failed: {t.failed}"
                    or changes_result(t, base, self.tolerance))
             if why:
@@ -259,6 +270,8 @@ class Halving:
             out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {secs:.0f} s for the "
                                        f"job, the better {keep} went on")
         self.pool = [self.stock] + [c for _, c in ranked[:keep]]
+        if self.finished:
+            return
         if len(self.pool) == 1 or (len(self.pool) == 2 and out.rounds > 1 and
                                    _settled(results[self.pool[1]], base, self.job_steps)):
             self.finished = True
@@ -301,7 +314,7 @@ class Halving:
         out = []
         for n in sorted(rounds):
             a, b = rounds[n].get(c), rounds[n].get(self.stock)
-            if a is None or b is None or b.s_per_step is None:
+            if a is None or b is None or a.s_per_step is None or b.s_per_step is None:
                 continue
             out.append((n, job_seconds(a, self.job_steps), job_seconds(b, self.job_steps)))
         return out

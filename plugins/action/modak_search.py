@@ -151,10 +151,11 @@ class ActionModule(ActionBase):
         elif rec.get("not_applied"):  # it measured another configuration than its own
             failed = "not applied: " + "; ".join(
                 "%s (%s)" % kv for kv in sorted(rec["not_applied"].items()))
+        capped = bool(failed) and (rec.get("error") or {}).get("type") == "TimeCap"
         return Trial(Configuration(**rec["configuration"]), int(m.get("steps") or 0),
                      m.get("s_per_step") if not failed else None,
                      float(m.get("warmup_s") or 0.0), float(rec.get("elapsed_s") or 0.0),
-                     m.get("final_loss"), failed)
+                     m.get("final_loss"), failed, capped=capped)
 
 
 def _s(trial, halving, job_seconds):

@@ -227,6 +227,11 @@ def test_json_from_every_command_that_prints_data(capsys):
     # a held-out family's error is partly its level: with each cell's level given, less
     lowo = data["overall"]["lowo"]
     assert 0 < lowo["mape_level_given"] < lowo["mape"]
+    # told each cell's stock time, a configuration held out (its family in the data) is
+    # predicted from ratios learned on its own family: closer than a family held out
+    loco = data["overall"]["loco"]
+    assert 0 < loco["mape_after_stock"] < lowo["mape_after_stock"]
+    assert 0 < loco["mape_level_given"] < lowo["mape_level_given"]
     # the shipped campaign measured its CPU targets on two machines each: their scatter
     rep = data["reproducibility"]
     assert rep["configurations"] > 50 and rep["targets"] >= 3 and 0 < rep["mape"] < 0.5

@@ -37,8 +37,11 @@ from .fit import (CONFIG_KEYS, ESTIMATORS, LOCO_FOLDS, TARGET_KEYS, ModelError,
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 # held out, then told the one stock run of the cell (what the budgeted search measures first
-# of a new workload, and what the planner then corrects the model's level with)
-ANCHORED = ("lowo", "loto")
+# of a new workload, and what the planner then corrects the model's level with); for LOCO
+# (the workload and target known) it is how well the knobs' ratios to stock are learned when
+# the family is in the data: beside LOWO's, the part of a new family's error that is its
+# knobs' effects, not its level
+ANCHORED = ("loco", "lowo", "loto")
 
 
 def is_stock(row) -> bool:

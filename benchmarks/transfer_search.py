@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/transfer_search.py [--data CSV ...]
         [--family F ...] [--target 2c] [--job-steps 5000] [--budget 0.1] [--repeats 3]
-        [--estimators linear,gbr] [--trial-overhead 2.5]
+        [--estimators linear,linear-main,gbr-split,extra-trees] [--trial-overhead 2.5]
 
 For each family (``benchmarks/families/``, batch variant 0) on one target of this machine
 (described, and its grid's best taken, by this machine's campaign runs where the campaign
@@ -10,7 +10,8 @@ ran here, else by the first machine's in the data):
 
 1. **cold plan**: the model is fitted on the shipped datasets (the transfer campaign
    among them) and ``--data`` *without* that family (the estimators of ``--estimators``,
-   the better on held-out families kept, as ``modak model fit`` does); it ranks every candidate from the family's
+   by default those of the refit after a deploy, the better on held-out families kept, as
+   ``modak model fit`` does); it ranks every candidate from the family's
    fingerprint (as its first run measures it) and the target's probe;
 2. **search**: the budgeted successive-halving search (``modak_lib.perf.search``) over the
    model's top three candidates and stock, with real short trials of the script through
@@ -22,7 +23,9 @@ ran here, else by the first machine's in the data):
    configuration of the campaign's grid for that cell, each for ``--steps`` steps through the
    runtime, with the job time (warm-up + job steps x s/step) and the final loss.
 
-It prints one table: the family, what was chosen, the trial cost, and the three job times.
+It prints, per family, each trial (its round, steps, seconds and step time) and the
+verdicts, then one table: the family, what was chosen, the trial cost, and the three job
+times.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import transfer_campaign as tc  # noqa: E402
 
 from modak_lib.models import Allocator, Configuration, Precision  # noqa: E402
-from modak_lib.perf.fit import fit, model_predictor  # noqa: E402
+from modak_lib.perf.fit import QUICK_ESTIMATORS, fit, model_predictor  # noqa: E402
 from modak_lib.perf.search import Trial, job_seconds, search  # noqa: E402
 from modak_lib.report import table_lines  # noqa: E402
 from modak_lib.results import load_frame  # noqa: E402
@@ -67,7 +70,8 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
         (rec.get("error") or {}).get("message") or rec["status"]
     return Trial(c, int(m.get("steps") or steps), m.get("s_per_step"),
                  float(m.get("warmup_s") or 0.0), float(m.get("wall_s") or 0.0),
-                 m.get("final_loss"), failed)
+                 m.get("final_loss"), failed,
+                 capped=bool(failed) and (rec.get("error") or {}).get("type") == "TimeCap")
 
 
 def main() -> int:
@@ -77,7 +81,7 @@ def main() -> int:
     ap.add_argument("--family", action="append", choices=sorted(tc.FAMILIES))
     ap.add_argument("--target", default="2c", choices=sorted(tc.TARGETS))
     ap.add_argument("--job-steps", type=int, default=5000)
-    ap.add_argument("--estimators", default="linear,gbr")
+    ap.add_argument("--estimators", default=",".join(QUICK_ESTIMATORS))
     ap.add_argument("--budget", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
@@ -143,6 +147,10 @@ def main() -> int:
                      f"{statistics.median(losses['chosen']) if losses['chosen'] else '-':.4}"
                      if losses["chosen"] else "-"])
         print(out.summary(), flush=True)
+        for t in out.trials:  # what each trial cost (the runtime's clock) and measured
+            print(f"   round {t.round}: {label_of(t.configuration, cores)}, {t.steps} steps, "
+                  f"{t.wall_s:.1f} s, " + (f"{t.s_per_step:.4g} s/step" if t.s_per_step
+                                           else f"failed: {t.failed}"), flush=True)
         for name, why in out.verdicts.items():  # (keyed by Configuration.label())
             print(f"   {name.split(' ', 1)[-1]}: {why}", flush=True)
     print("\n".join(table_lines(rows, [

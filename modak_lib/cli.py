@@ -333,6 +333,13 @@ def eval_lines(result: dict, table_lines) -> list[str]:
                    f"its configuration's other runs ({rep['configurations']} configurations "
                    "measured twice or more, stock left out): the scatter the measured medians "
                    "carry")
+    sc = result.get("round_scatter")
+    if sc and sc["configurations"]:
+        out.append(f"round to round: a configuration's time ratio to stock scatters by "
+                   f"{sc['scatter']:.3f} in log time (standard deviation, median over the "
+                   f"{sc['configurations']} configurations measured beside stock in two or "
+                   "more rounds): what a budgeted search's round can tell from noise "
+                   "(search.TRIAL_SCATTER on the shipped data)")
     by_target: dict[str, list[str]] = {}
     for m in result.get("machines") or []:
         by_target.setdefault(m["target"], []).append(

@@ -232,6 +232,11 @@ def test_json_from_every_command_that_prints_data(capsys):
     loco = data["overall"]["loco"]
     assert 0 < loco["mape_after_stock"] < lowo["mape_after_stock"]
     assert 0 < loco["mape_level_given"] < lowo["mape_level_given"]
+    # how far a round's ratio to stock scatters: the figure the budgeted search's margin
+    # over n rounds is built on (search.TRIAL_SCATTER), as the shipped data show it
+    from modak_lib.perf.search import TRIAL_SCATTER
+    sc = data["round_scatter"]
+    assert sc["configurations"] > 300 and abs(sc["scatter"] - TRIAL_SCATTER) < 0.005
     # the shipped campaign measured its CPU targets on two machines each: their scatter
     rep = data["reproducibility"]
     assert rep["configurations"] > 50 and rep["targets"] >= 3 and 0 < rep["mape"] < 0.5

@@ -32,8 +32,8 @@ from typing import Any
 from .features import TARGET_FIGURES
 from .fit import (CONFIG_KEYS, ESTIMATORS, LOCO_FOLDS, TARGET_KEYS, ModelError,
                   config_groups, groups_of, held_out_predictions, machine_effects,
-                  machine_labels, mape, recorded_times, row_labels, stock_mask, target_id,
-                  training_frame, usable)
+                  machine_labels, mape, recorded_times, round_labels, row_labels,
+                  stock_mask, target_id, training_frame, usable)
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 # held out, then told the one stock run of the cell (what the budgeted search measures first
@@ -155,7 +155,8 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
     return {"estimator": estimator, "overall": overall, "per_family": summary("workload"),
             "per_target": summary("target"), "decisions": decisions, "configurations": cfg,
             "estimators": estimators, "rows": int(len(df)), "machines": machines(df),
-            "repeatability": repeatability(df), "reproducibility": reproducibility(df)}
+            "repeatability": repeatability(df), "reproducibility": reproducibility(df),
+            "round_scatter": round_scatter(df)}
 
 
 def planned(g, how: str):
@@ -228,6 +229,31 @@ def repeatability(df) -> dict[str, Any]:
             errors.append(abs(times[i] - rest) / rest)
     return {"mape": float(np.mean(errors)) if errors else float("nan"),
             "configurations": repeated}
+
+
+def round_scatter(df) -> dict[str, Any]:
+    """How far a configuration's time ratio to stock scatters from one interleaved round to
+    the next: per configuration measured beside its cell's stock run in two or more rounds
+    (``fit.round_labels``), the standard deviation of its log time ratio to that stock run
+    over the rounds; their median (robust to the few cells whose runs went wild).  What one
+    round of the budgeted search can tell apart from noise: ``search.TRIAL_SCATTER`` is
+    this figure on the shipped data, and a gain over n rounds must clear it over sqrt(n)."""
+    import numpy as np
+    import pandas as pd
+
+    d = pd.DataFrame({"round": round_labels(df), "config": config_groups(df).to_numpy(),
+                      "stock": stock_mask(df).to_numpy(),
+                      "y": np.log(df["s_per_step"].astype(float).to_numpy())})
+    d = d[d["round"] >= 0]
+    stock = d[d["stock"]].groupby("round")["y"].agg(["first", "size"])
+    stock = stock[stock["size"] == 1]["first"]  # (a round with one stock run to pair with)
+    runs = d[~d["stock"] & d["round"].isin(stock.index)]
+    ratio = runs["y"].to_numpy() - stock.loc[runs["round"]].to_numpy()
+    spread = pd.Series(ratio, index=runs.index).groupby(runs["config"].to_numpy()).agg(
+        ["std", "size"])
+    spread = spread[spread["size"] >= 2]["std"]
+    return {"scatter": float(spread.median()) if len(spread) else float("nan"),
+            "configurations": int(len(spread))}
 
 
 def reproducibility(df) -> dict[str, Any]:

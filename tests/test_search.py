@@ -75,7 +75,9 @@ def test_a_candidate_that_changes_the_loss_is_rejected_however_fast():
 
 def test_compile_time_is_amortised_over_the_jobs_length():
     run, _ = recorded(LM)
-    short = search([BF16, COMPILE, BOTH, TCMALLOC], STOCK, run, job_steps=300, budget_s=600)
+    # (recorded figures, the same in every round: no scatter for a gain to clear)
+    short = search([BF16, COMPILE, BOTH, TCMALLOC], STOCK, run, job_steps=300, budget_s=600,
+                   scatter=0.0)
     # 300 steps: 40 s of compilation never pays back 0.02 s a step; tcmalloc does
     assert short.chosen == TCMALLOC
     assert job_seconds(Trial(BOTH, 10, 0.030, 40.0), 300) > job_seconds(
@@ -115,7 +117,8 @@ def test_a_compilation_longer_than_the_budget_ends_its_trial_not_the_budget():
     slow = {**LM, COMPILE: (0.030, 120.0, 2.10), BOTH: (0.020, 150.0, 2.11)}
     caps: list = []
     run, calls = recorded(slow, caps)
-    out = search([BOTH, COMPILE, TCMALLOC, BF16], STOCK, run, job_steps=5000, budget_s=60)
+    out = search([BOTH, COMPILE, TCMALLOC, BF16], STOCK, run, job_steps=5000, budget_s=60,
+                 scatter=0.0)  # (recorded figures, no scatter)
     assert out.spent_s <= out.budget_s == 60
     assert all(cap is None for c, cap in caps if c == STOCK)
     # each candidate, just before its trial: what is left after the trials before it,
@@ -239,7 +242,7 @@ def test_a_gain_within_the_margin_keeps_stock():
     assert "2.0% faster than stock in round 1" in why and "less than the 3%" in why
     # the margin is the caller's: none, and the 2% gain is taken
     out = search([TCMALLOC, BF16], STOCK, by_round(close), job_steps=1000, budget_s=600,
-                 max_rounds=2, min_gain=0.0)
+                 max_rounds=2, min_gain=0.0, scatter=0.0)
     assert out.chosen == TCMALLOC
     assert out.verdicts[TCMALLOC.label()].startswith(
         "chosen: faster than stock by 2.0% in round 1, 2.0% in round 2")
@@ -254,6 +257,33 @@ def test_a_gain_within_the_margin_keeps_stock():
                  max_rounds=2)
     assert out.chosen == TCMALLOC
     assert "10.0% in round 1, 6.0% in round 2" in out.verdicts[TCMALLOC.label()]
+
+
+def test_a_gain_within_the_trials_scatter_keeps_stock():
+    """Seen in the held-out benchmark: the ConvNeXt-style CNN's tcmalloc was 7.1% faster
+    than stock in the one 8-step round its budget allowed, more than the 3% margin, and
+    16% slower when the two ran again side by side.  A round's ratio to stock scatters by
+    about 8.6% (search.TRIAL_SCATTER): one round's 7% is within it, the same 7% in three
+    rounds is not (8.6% / sqrt(3))."""
+    one = {STOCK: [0.0500], TCMALLOC: [0.0465], BF16: [0.0600]}
+    out = search([TCMALLOC, BF16], STOCK, by_round(one), job_steps=1000, budget_s=600,
+                 max_rounds=1)
+    assert out.rounds == 1 and out.chosen == STOCK
+    why = out.verdicts[TCMALLOC.label()]
+    assert "7.0% faster than stock over 1 round(s)" in why and "8.2%" in why
+    three = {STOCK: [0.0500] * 3, TCMALLOC: [0.0465] * 3, BF16: [0.0600] * 3}
+    out = search([TCMALLOC, BF16], STOCK, by_round(three), job_steps=1000, budget_s=600,
+                 max_rounds=3)
+    assert out.rounds == 3 and out.chosen == TCMALLOC
+    assert "4.8% over 3 round(s)" in out.verdicts[TCMALLOC.label()]
+    # a clear gain needs no second round
+    clear = {STOCK: [0.0500], TCMALLOC: [0.0400], BF16: [0.0600]}
+    out = search([TCMALLOC, BF16], STOCK, by_round(clear), job_steps=1000, budget_s=600,
+                 max_rounds=1)
+    assert out.chosen == TCMALLOC
+    # and the scatter is the caller's, kept between the deploy's calls
+    h = Halving([TCMALLOC], STOCK, job_steps=1000, budget_s=600, scatter=0.2)
+    assert Halving.from_state(json.loads(json.dumps(h.state()))).scatter == 0.2
 
 
 def test_loss_tolerance_is_relative_and_stated():
@@ -490,7 +520,7 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
                             "prediction": None} for c in (STOCK, BF16)]}
     args = {"candidates": 3, "budget_fraction": 0.1, "job_steps": 0, "first_steps": 10,
             "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": 10.0,
-            "min_gain": 0.03}
+            "min_gain": 0.03, "scatter": 0.086}
     walled, how = ActionModule._start(plan, args, Configuration)
     trials = [Trial(STOCK, 10, 0.0134, 0.1, 3.4, 1.5), Trial(BF16, 10, 0.012, 0.1, 3.2, 1.5)]
     walled.record(trials)

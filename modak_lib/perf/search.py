@@ -43,8 +43,14 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
 - **and it beats stock by a margin** (``min_gain``, a fraction of stock's job time) in
   every such round: a candidate whose gain is within what two single trials scatter by
   is not a gain (a compiled bf16 GRU that beat stock in both of its rounds here measured
-  0.98x of stock when the two ran again side by side).  Between candidates that
-  both clear it, the faster wins.
+  0.98x of stock when the two ran again side by side);
+- **and by more than the trials scatter by**: on average over the n rounds it ran beside
+  stock, its log time ratio to stock must clear ``scatter`` / sqrt(n), one standard
+  deviation of that average where each round's ratio scatters by ``scatter``
+  (:data:`TRIAL_SCATTER`: what the shipped campaign's configurations measured in two or
+  more rounds show, ``modak model eval`` prints it).  A candidate 7% faster than stock in
+  the one 8-step round a budget allowed was 16% slower when the two ran again.  Between
+  candidates that clear both, the faster wins.
 
 ``run`` is given by the caller: the deploy runs a trial through the real job path, the
 tests and benchmarks run it here.  Every trial's record can go into the results store.
@@ -61,6 +67,17 @@ MIN_CAP_S = 1.0  # a trial's time cap when the budget has nothing left: it stops
 # how much faster than stock (a fraction of its job time) a candidate must be in every round
 # the two ran side by side to be chosen over it
 MIN_GAIN = 0.03
+# how far a configuration's log time ratio to stock scatters from one round to the next (a
+# standard deviation): the median over the shipped campaign's configurations measured in
+# two or more rounds (``evaluate.round_scatter``, printed by ``modak model eval``)
+TRIAL_SCATTER = 0.086
+
+
+def scatter_gain(rounds: int, scatter: float = TRIAL_SCATTER) -> float:
+    """The gain over stock, as a fraction of its time, that ``rounds`` paired rounds must
+    show on average (geometric) to be more than the trials' ``scatter``: one standard
+    deviation of that average, ``scatter`` / sqrt(rounds) in log time."""
+    return 1.0 - math.exp(-scatter / math.sqrt(max(1, rounds)))
 
 
 def clears_margin(mine: float, stock: float, min_gain: float = MIN_GAIN) -> bool:
@@ -153,10 +170,10 @@ class Halving:
                  eta: int = 2, loss_tolerance: float = 0.05, max_rounds: int = 4,
                  budget_fraction: Optional[float] = None, trial_overhead_s: float = 0.0,
                  s_per_step: Optional[float] = None, min_gain: float = MIN_GAIN,
-                 walltime_s: Optional[float] = None):
+                 walltime_s: Optional[float] = None, scatter: float = TRIAL_SCATTER):
         self.stock, self.job_steps, self.budget_s = stock, job_steps or None, budget_s
         self.walltime_s = walltime_s
-        self.min_gain = min_gain
+        self.min_gain, self.scatter = min_gain, scatter
         self.budget_fraction = budget_fraction
         # the first round's cost before anything is measured: per trial, this much plus
         # its steps at the predicted seconds per step
@@ -279,7 +296,8 @@ class Halving:
 
     def _finish(self) -> None:
         """The final choice: the fastest of the last round that was faster than stock by
-        ``min_gain`` in every round both ran (stock if none was)."""
+        ``min_gain`` in every round both ran, and on average by more than the trials'
+        ``scatter`` allows (stock if none was)."""
         self.finished = True
         out, base = self.out, self.last.get(self.stock)
         if base is None or base.s_per_step is None:
@@ -321,9 +339,14 @@ class Halving:
 
     def _chosen(self, c: Configuration) -> str:
         """The chosen candidate's verdict: its gain over stock in each round."""
-        gains = ", ".join(f"{1.0 - mine / stock:.1%} in round {n}"
-                          for n, mine, stock in self._side_by_side(c))
-        return f"chosen: faster than stock by {gains} (at least {100 * self.min_gain:g}% needed)"
+        pairs = self._side_by_side(c)
+        gains = ", ".join(f"{1.0 - mine / stock:.1%} in round {n}" for n, mine, stock in pairs)
+        return (f"chosen: faster than stock by {gains} (at least {100 * self.min_gain:g}% "
+                f"needed in each, and {self._needed(len(pairs)):.1%} over "
+                f"{len(pairs)} round(s) for what trials scatter by)")
+
+    def _needed(self, rounds: int) -> float:
+        return scatter_gain(rounds, self.scatter)
 
     def _lost_to_stock(self, c: Configuration) -> Optional[str]:
         """Why ``c`` is not trusted to be faster than stock: a round in which the two ran
@@ -339,6 +362,15 @@ class Halving:
                         f"for the job against stock's {stock:.0f} s), less than the "
                         f"{100 * self.min_gain:g}% a gain must clear: within what two trials "
                         f"scatter by, stock kept")
+        pairs = self._side_by_side(c)
+        if pairs and self.scatter > 0:
+            mean = sum(math.log(stock / mine) for _, mine, stock in pairs) / len(pairs)
+            if mean <= self.scatter / math.sqrt(len(pairs)):
+                return (f"{1.0 - math.exp(-mean):.1%} faster than stock over {len(pairs)} "
+                        f"round(s), less than the {self._needed(len(pairs)):.1%} a gain must "
+                        f"show in as many rounds: a round's ratio to stock scatters by "
+                        f"{100 * self.scatter:.1f}% (search.TRIAL_SCATTER), so not shown to "
+                        f"be faster, stock kept")
         return None
 
     def outcome(self) -> Outcome:
@@ -356,6 +388,7 @@ class Halving:
                 "trial_overhead_s": self.trial_overhead_s, "s_per_step": self.s_per_step,
                 "eta": self.eta, "tolerance": self.tolerance,
                 "max_rounds": self.max_rounds, "min_gain": self.min_gain,
+                "scatter": self.scatter,
                 "steps": self.steps, "finished": self.finished,
                 "pool": [c.model_dump(mode="json") for c in self.pool],
                 "rounds": self.out.rounds, "spent_s": self.out.spent_s,
@@ -371,7 +404,7 @@ class Halving:
                 max_rounds=st["max_rounds"], budget_fraction=st.get("budget_fraction"),
                 trial_overhead_s=st.get("trial_overhead_s", 0.0),
                 s_per_step=st.get("s_per_step"), min_gain=st.get("min_gain", MIN_GAIN),
-                walltime_s=st.get("walltime_s"))
+                walltime_s=st.get("walltime_s"), scatter=st.get("scatter", TRIAL_SCATTER))
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.steps, h.finished = st["steps"], st["finished"]
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
@@ -387,7 +420,8 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
            first_steps: int = 10, eta: int = 2, loss_tolerance: float = 0.05,
            max_rounds: int = 4, budget_fraction: Optional[float] = None,
            trial_overhead_s: float = 0.0, s_per_step: Optional[float] = None,
-           min_gain: float = MIN_GAIN, walltime_s: Optional[float] = None) -> Outcome:
+           min_gain: float = MIN_GAIN, walltime_s: Optional[float] = None,
+           scatter: float = TRIAL_SCATTER) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring.  ``run(configuration, steps, cap)`` runs
     one trial, stopping it after ``cap`` seconds (None: no cap) as the runtime does with
@@ -396,7 +430,7 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
                 max_rounds=max_rounds, budget_fraction=budget_fraction,
                 trial_overhead_s=trial_overhead_s, s_per_step=s_per_step, min_gain=min_gain,
-                walltime_s=walltime_s)
+                walltime_s=walltime_s, scatter=scatter)
     while True:
         step = h.next_round()
         if step is None:

@@ -32,7 +32,7 @@ class ActionModule(ActionBase):
         check_library("modak_search")
         from modak_lib.files import write_atomic
         from modak_lib.models import Configuration
-        from modak_lib.perf.search import MIN_GAIN, Halving, Trial, job_seconds
+        from modak_lib.perf.search import MIN_GAIN, TRIAL_SCATTER, Halving, Trial, job_seconds
 
         spec = dict(plan=dict(type="dict", required=True), state=dict(type="path", required=True),
                     record=dict(type="list", elements="dict", default=[]),
@@ -45,7 +45,8 @@ class ActionModule(ActionBase):
                     trial_overhead_s=dict(type="float", default=10.0),
                     max_rounds=dict(type="int", default=3),
                     loss_tolerance=dict(type="float", default=0.05),
-                    min_gain=dict(type="float", default=MIN_GAIN))
+                    min_gain=dict(type="float", default=MIN_GAIN),
+                    scatter=dict(type="float", default=TRIAL_SCATTER))
         dummy, args = self.validate_argument_spec(spec)
         plan, path = args["plan"], args["state"]
         if args["cap_for"] is not None:  # the time cap of the round's next trial
@@ -137,7 +138,8 @@ class ActionModule(ActionBase):
                        first_steps=args["first_steps"], max_rounds=args["max_rounds"],
                        loss_tolerance=args["loss_tolerance"], budget_fraction=rebase,
                        trial_overhead_s=args["trial_overhead_s"], s_per_step=per_step,
-                       min_gain=args["min_gain"], walltime_s=wall), how
+                       min_gain=args["min_gain"], walltime_s=wall,
+                       scatter=args["scatter"]), how
 
     @staticmethod
     def _trial(rec, Trial, Configuration):

@@ -21,6 +21,7 @@ description:
     is rejected as changing the result; compile time is weighed against the job's steps
     (O(job_steps)); the choice is never slower than the stock trial as measured, in any
     round the two ran side by side, and faster by at least O(min_gain) in each of them
+    and, on average over them, by more than O(scatter) over the square root of their number
     (else stock is kept).
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round is cut to the trials the budget
@@ -102,6 +103,16 @@ options:
         is within what two single trials scatter by, and stock is kept.
     type: float
     default: 0.03
+  scatter:
+    description:
+      - How far a round's time ratio of a candidate to stock scatters from one round to the
+        next (a standard deviation, in log time). Over the rounds the two ran side by side,
+        a candidate's average gain must be more than this over the square root of their
+        number; else stock is kept.
+      - The default is what the shipped campaign measured on its machines (C(modak model
+        eval) prints it for the data at hand); 0 takes any gain that clears O(min_gain).
+    type: float
+    default: 0.086
 author:
   - MODAK developers (@modak)
 """

@@ -307,6 +307,9 @@ class Prediction(Strict):
     loss: Optional[float] = Field(None, description="measured: the median loss its runs "
                                   "ended with (compared with stock's after the same steps)")
     steps: Optional[int] = Field(None, description="measured: the steps its runs made")
+    rounds: Optional[int] = Field(None, description="measured beside stock: the interleaved "
+                                  "rounds the two ran side by side (its gain over them must "
+                                  "be more than the trials' scatter)")
 
 
 class Candidate(Strict):

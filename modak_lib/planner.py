@@ -23,7 +23,7 @@ from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_a
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
                      Launcher, Precision, Prediction, Runtime, compiler_id)
-from .perf.search import MIN_GAIN, clears_margin, job_time, wall_steps
+from .perf.search import MIN_GAIN, clears_margin, job_time, scatter_gain, wall_steps
 from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
@@ -320,25 +320,39 @@ def _to_front(ranked: list[tuple[Configuration, Optional[Prediction]]],
     return index is not None
 
 
+def _needed(pred: Optional[Prediction]) -> float:
+    """The gain over stock a candidate's prediction must show to replace it: ``MIN_GAIN``;
+    for one measured beside stock in some rounds (a search's trials), also more than those
+    rounds' scatter (``search.scatter_gain``), as the search asked of it."""
+    if pred is not None and pred.measured and pred.rounds:
+        return max(MIN_GAIN, scatter_gain(pred.rounds))
+    return MIN_GAIN
+
+
 def _within_margin(leader: tuple[Configuration, Prediction], stock: Optional[Configuration],
                    stock_p: Optional[Prediction], steps: Optional[int]) -> Optional[str]:
     """Where the ``leader`` of the ranking is not stock and would not make the job at least
-    ``MIN_GAIN`` shorter than stock's (both as predicted or measured, by the job's time):
+    ``_needed`` shorter than stock's (both as predicted or measured, by the job's time):
     a note on why stock goes first instead; else None.  The budgeted search keeps stock
-    unless a candidate beat it by that margin in every round; the plan asks the same of a
-    prediction or of one short run's median, whose scatter on a shared machine is larger
-    than such a gain."""
+    unless a candidate beat it by ``MIN_GAIN`` in every round, and by more than the trials'
+    scatter over them; the plan asks the same of a prediction, of one short run's median
+    (whose scatter on a shared machine is larger than such a gain) and of a search's
+    trials."""
     best, best_p = leader
     if stock_p is None or best == stock:
         return None
     mine, theirs = job_seconds(best_p, steps), job_seconds(stock_p, steps)
-    if clears_margin(mine, theirs):
+    need = _needed(best_p)
+    if clears_margin(mine, theirs, need):
         return None
     how = "measured" if best_p.measured and stock_p.measured else "predicted"
+    over = (f" over the {best_p.rounds} round(s) it ran beside stock, within what they "
+            "scatter by" if need > MIN_GAIN else
+            " (as in the budgeted search: within what two short runs or a prediction "
+            "scatter by)")
     return (f"stock is kept: {best.label()}, the fastest other candidate, is {how} "
             f"{100 * (1.0 - mine / theirs):.1f}% faster than stock by the job's time, less "
-            f"than the {100 * MIN_GAIN:g}% a gain must clear (as in the budgeted search: "
-            "within what two short runs or a prediction scatter by)")
+            f"than the {100 * need:.3g}% a gain must clear{over}")
 
 
 def decide(request: JobRequest, predictor: Predictor | None = None,
@@ -460,7 +474,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         elif i == 0 and margin:
             reason = (f"stock, kept: {best_p.seconds:.3g} s/step" + _job_time(best_p, job_steps)
                       + f" ({best_p.source}); no candidate that may replace it is "
-                      f"{100 * MIN_GAIN:g}% faster")
+                      f"faster by the margin (above)")
         elif i == 0:
             reason = (f"fastest predicted: {best_p.seconds:.3g} s/step"
                       + _job_time(best_p, job_steps) + f" ({best_p.source})"
@@ -477,8 +491,8 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         elif margin and pred is not None and best_p is not None and \
                 job_seconds(pred, job_steps) < job_seconds(best_p, job_steps):
             reason = (f"predicted {pred.seconds:.3g} s/step{_job_time(pred, job_steps)}, "
-                      f"faster than stock by less than the {100 * MIN_GAIN:g}% a gain must "
-                      f"clear ({pred.source})")
+                      f"faster than stock by less than the {100 * _needed(pred):.3g}% a gain "
+                      f"must clear ({pred.source})")
         elif pred is not None and best_p is not None:
             job = _job_time(pred, job_steps)  # (compared as ranked: by the job's time)
             than = (f"{job_seconds(best_p, job_steps):.3g} s" if job

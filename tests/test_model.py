@@ -570,6 +570,39 @@ def test_a_later_plan_compares_the_searchs_trials_round_by_round_as_the_search_d
     assert np.allclose(m.training_frame(far)["y"].to_numpy()[late], measured)
 
 
+def test_a_later_plan_asks_a_searchs_gain_to_clear_the_trials_scatter_as_the_search_did():
+    """A search's one round: jemalloc 7% faster than stock, within what a round scatters by
+    (search.TRIAL_SCATTER: 8.2% for one round), so the search kept stock; the next plan,
+    reading the same trials, keeps stock too, and says why.  The same 7% in three rounds
+    is more than their scatter (4.8%): the plan takes it."""
+    base = synthetic(noise=0.01, workloads=("resnet18",))
+    at = "2026-11-22T00:{:02d}:{:02d}+00:00"  # (10 s apart)
+
+    def plan_after(rounds):
+        runs = [(n, alloc, s) for n in range(1, rounds + 1)
+                for alloc, s in (("glibc", 0.100), ("jemalloc", 0.093))]
+        runs.insert(2, (1, "tcmalloc", 0.130))  # (dropped after round 1)
+        trials = [row("mnist-cnn", "off", 2, alloc, "fp32", s, rep=n) | {
+            "source": "autotune", "recorded_at": at.format(i // 6, 10 * i % 60)}
+            for i, (n, alloc, s) in enumerate(runs)]
+        df = pd.concat([base, pd.DataFrame(trials)], ignore_index=True)
+        req = mnist_request()
+        req = req.model_copy(update={"optimisation": req.optimisation.model_copy(
+            update={"compilers": [], "allow_reduced_precision": False})})
+        return make_plan(req, predictor=predictor_for(df), run_id="t").plan
+
+    one = plan_after(1)
+    jem = next(c.prediction for c in one.candidates
+               if c.configuration.allocator == Allocator.jemalloc
+               and c.configuration.threads == 2)
+    assert jem.measured and jem.rounds == 1 and jem.seconds < 0.095
+    assert one.chosen.allocator == Allocator.glibc and one.chosen.threads == 2
+    assert any("less than the 8.24% a gain must clear over the 1 round(s)" in n
+               for n in one.notes), one.notes
+    three = plan_after(3)
+    assert three.chosen.allocator == Allocator.jemalloc, three.notes
+
+
 def compiled_only_elsewhere():
     """MNIST-CNN never compiled; ResNet-18 compiled: 2x faster per step after 60 s."""
     df = synthetic(noise=0.01, skip={("mnist-cnn", "torch.compile:default", t, a, p)

@@ -483,6 +483,13 @@ class _FlopCounter:
         self.mode.__exit__(None, None, None)
         for h in self.handles:
             h.remove()
+        # Dynamo marks a frame it met under a dispatch mode (the count's) as skipped, for
+        # good: a script that compiled its own model (torch.compile) would train
+        # uncompiled, with no word of it.  Its caches are dropped, so that the next step
+        # compiles as the script asked (what it had compiled before is compiled again)
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None:
+            dynamo.reset()
         s = self.owner.s
         fp = s.fingerprint
         fwd = sum(self.forward.values())

@@ -123,6 +123,39 @@ def test_what_the_compiler_left_eager_is_said_in_dynamos_words():
     assert rec["effect"]["compiled"] is True and "compile_skipped" not in rec["effect"]
 
 
+SELF_COMPILED = """
+import torch
+import torch._dynamo.utils
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+model = torch.compile(net)  # the script compiles its own model
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(64, 16), torch.randn(64, 1)
+for step in range(4):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+print("graphs", torch._dynamo.utils.counters["stats"]["unique_graphs"])
+"""
+
+
+def test_a_script_that_compiles_its_own_model_still_trains_compiled(tmp_path):
+    """Found from an installed wheel with a script of its own: the first step runs under
+    the FLOP counter's dispatch mode, and Dynamo, meeting the script's compiled model
+    there, skipped it for good: every step of the job ran eager, the script's
+    torch.compile silently undone by stock MODAK."""
+    need("torch")
+    script = tmp_path / "self_compiled.py"
+    script.write_text(SELF_COMPILED)
+    rc, out, rec, err = run(script, env={"MODAK_THREADS": "1"})
+    assert rc == 0, err
+    assert out.splitlines()[-1] != "graphs 0", out
+    assert int(out.splitlines()[-1].split()[1]) >= 1
+    assert rec["fingerprint"]["flops_per_step"] > 0  # and its first step still counted
+    assert rec["effect"]["trained_modules"] == "OptimizedModule"
+
+
 def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_CHANNELS_LAST": "1",

@@ -350,9 +350,10 @@ class Halving:
 
     def _lost_to_stock(self, c: Configuration) -> Optional[str]:
         """Why ``c`` is not trusted to be faster than stock: a round in which the two ran
-        side by side and ``c`` would not have made the job ``min_gain`` faster (None: it
-        always did)."""
-        for n, mine, stock in self._side_by_side(c):
+        side by side and ``c`` would not have made the job ``min_gain`` faster, or an
+        average gain over those rounds within their scatter (None: it is trusted)."""
+        pairs = self._side_by_side(c)
+        for n, mine, stock in pairs:
             if mine >= stock:
                 return (f"faster than stock in the last round, but not in round {n} "
                         f"({mine:.0f} s for the job against stock's {stock:.0f} s): not "
@@ -362,15 +363,14 @@ class Halving:
                         f"for the job against stock's {stock:.0f} s), less than the "
                         f"{100 * self.min_gain:g}% a gain must clear: within what two trials "
                         f"scatter by, stock kept")
-        pairs = self._side_by_side(c)
         if pairs and self.scatter > 0:
             mean = sum(math.log(stock / mine) for _, mine, stock in pairs) / len(pairs)
-            if mean <= self.scatter / math.sqrt(len(pairs)):
-                return (f"{1.0 - math.exp(-mean):.1%} faster than stock over {len(pairs)} "
-                        f"round(s), less than the {self._needed(len(pairs)):.1%} a gain must "
-                        f"show in as many rounds: a round's ratio to stock scatters by "
-                        f"{100 * self.scatter:.1f}% (search.TRIAL_SCATTER), so not shown to "
-                        f"be faster, stock kept")
+            gain, need = 1.0 - math.exp(-mean), self._needed(len(pairs))
+            if gain <= need:
+                return (f"{gain:.1%} faster than stock over {len(pairs)} round(s), less than "
+                        f"the {need:.1%} a gain must show in as many rounds: a round's ratio "
+                        f"to stock scatters by {100 * self.scatter:.1f}%, so not shown to be "
+                        f"faster, stock kept")
         return None
 
     def outcome(self) -> Outcome:

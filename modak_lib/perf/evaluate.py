@@ -32,8 +32,8 @@ from typing import Any
 from .features import TARGET_FIGURES
 from .fit import (CONFIG_KEYS, ESTIMATORS, LOCO_FOLDS, TARGET_KEYS, ModelError,
                   config_groups, groups_of, held_out_predictions, machine_effects,
-                  machine_labels, mape, recorded_times, round_labels, row_labels,
-                  stock_mask, target_id, training_frame, usable)
+                  machine_labels, mape, ratios_to_stock, recorded_times, round_labels,
+                  row_labels, stock_mask, target_id, training_frame, usable)
 
 HOLD_OUT = {"loco": "configuration", "lowo": "workload", "loto": "target"}
 # held out, then told the one stock run of the cell (what the budgeted search measures first
@@ -241,16 +241,12 @@ def round_scatter(df) -> dict[str, Any]:
     import numpy as np
     import pandas as pd
 
-    d = pd.DataFrame({"round": round_labels(df), "config": config_groups(df).to_numpy(),
-                      "stock": stock_mask(df).to_numpy(),
-                      "y": np.log(df["s_per_step"].astype(float).to_numpy())})
-    d = d[d["round"] >= 0]
-    stock = d[d["stock"]].groupby("round")["y"].agg(["first", "size"])
-    stock = stock[stock["size"] == 1]["first"]  # (a round with one stock run to pair with)
-    runs = d[~d["stock"] & d["round"].isin(stock.index)]
-    ratio = runs["y"].to_numpy() - stock.loc[runs["round"]].to_numpy()
-    spread = pd.Series(ratio, index=runs.index).groupby(runs["config"].to_numpy()).agg(
-        ["std", "size"])
+    rounds = round_labels(df)
+    d = pd.DataFrame({"config": config_groups(df).to_numpy(), "round": rounds,
+                      "ratio": ratios_to_stock(np.log(df["s_per_step"].astype(float)),
+                                               rounds, rounds, stock_mask(df))})
+    per_round = d.dropna(subset="ratio").groupby(["config", "round"])["ratio"].median()
+    spread = per_round.groupby(level="config").agg(["std", "size"])
     spread = spread[spread["size"] >= 2]["std"]
     return {"scatter": float(spread.median()) if len(spread) else float("nan"),
             "configurations": int(len(spread))}

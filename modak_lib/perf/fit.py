@@ -746,6 +746,23 @@ def export_trees(est) -> Optional[dict[str, Any]]:
     return {"kind": "trees", "parts": out}
 
 
+def ratios_to_stock(y, rounds, places, stock):
+    """Per run, its log time ``y`` less the median of the stock runs of its place (``places``:
+    a label per run) in its round (``rounds``: :func:`round_labels`), as the search compares
+    a candidate with stock; NaN for a stock run, a run of no round (-1) or of a round
+    without stock."""
+    import numpy as np
+    import pandas as pd
+
+    d = pd.DataFrame({"y": np.asarray(y, float), "round": np.asarray(rounds),
+                      "place": np.asarray(places), "stock": np.asarray(stock, bool)})
+    beside = d[d["stock"] & (d["round"] >= 0)].groupby(["place", "round"])["y"].median()
+    at = pd.MultiIndex.from_arrays([d["place"], d["round"]])
+    ratio = d["y"].to_numpy() - beside.reindex(at).to_numpy()
+    ratio[d["stock"].to_numpy() | (d["round"].to_numpy() < 0)] = np.nan
+    return ratio
+
+
 def measured_groups(df) -> list[dict[str, Any]]:
     """Median, min, max and count of s/step per measured configuration, image and target
     (its CPU, cores and accelerator: a run on the CPU is not a GPU node's measurement).
@@ -771,17 +788,15 @@ def measured_groups(df) -> list[dict[str, Any]]:
     d["_round"] = round_labels(d)
     d["_place"] = row_labels(d, keys[:-len(CONFIG_KEYS)])
     d["_stock"] = stock_mask(d)
-    beside = d[d["_stock"] & (d["_round"] >= 0)]
-    stock_in = beside.groupby(["_place", "_round"])["_y"].median().to_dict()
+    d["_ratio"] = ratios_to_stock(d["_y"], d["_round"], d["_place"], d["_stock"])
     out = []
     for key, g in d.groupby(keys, dropna=False):
         rec = {k: _plain(v) for k, v in zip(keys, key)}
         s = np.exp(g["_y"])
         rec.update(median=float(s.median()), min=float(s.min()), max=float(s.max()), n=len(s))
         if not g["_stock"].iloc[0]:
-            mine = g[g["_round"] >= 0].groupby(["_place", "_round"])["_y"].median()
-            diffs = [v - stock_in[k] for k, v in mine.items() if k in stock_in]
-            if diffs:
+            diffs = g.dropna(subset="_ratio").groupby("_round")["_ratio"].median()
+            if len(diffs):
                 rec.update(vs_stock=float(np.median(diffs)), rounds=len(diffs))
         for col, name in (("compile_s", "warmup_s"), ("final_loss", "loss"), ("steps", "steps")):
             v = g[col].astype(float).median() if col in g else float("nan")

@@ -42,7 +42,7 @@ import transfer_campaign as tc  # noqa: E402
 
 from modak_lib.models import Allocator, Configuration, Precision  # noqa: E402
 from modak_lib.perf.fit import QUICK_ESTIMATORS, fit, model_predictor  # noqa: E402
-from modak_lib.perf.search import Trial, job_seconds, search  # noqa: E402
+from modak_lib.perf.search import Trial, job_seconds, search, time_capped  # noqa: E402
 from modak_lib.report import table_lines  # noqa: E402
 from modak_lib.results import load_frame  # noqa: E402
 
@@ -71,7 +71,7 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
     return Trial(c, int(m.get("steps") or steps), m.get("s_per_step"),
                  float(m.get("warmup_s") or 0.0), float(m.get("wall_s") or 0.0),
                  m.get("final_loss"), failed,
-                 capped=bool(failed) and (rec.get("error") or {}).get("type") == "TimeCap")
+                 capped=time_capped(failed, rec.get("error")))
 
 
 def main() -> int:

@@ -102,6 +102,12 @@ class Trial:
     capped: bool = False
 
 
+def time_capped(failed: Optional[str], error: Optional[dict]) -> bool:
+    """Whether a failed trial is one its time cap stopped before it measured a step time:
+    the runtime's record says so with an error of type ``TimeCap`` (:attr:`Trial.capped`)."""
+    return bool(failed) and (error or {}).get("type") == "TimeCap"
+
+
 @dataclass
 class Outcome:
     chosen: Configuration

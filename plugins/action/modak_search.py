@@ -145,6 +145,8 @@ class ActionModule(ActionBase):
     def _trial(rec, Trial, Configuration):
         """A trial from what the trial's tasks kept: its configuration, modak_record's
         measured figures and status, the job's elapsed time."""
+        from modak_lib.perf.search import time_capped
+
         m = rec.get("measured") or {}
         failed = None
         if rec.get("status") == "failed" or not m.get("s_per_step"):
@@ -153,11 +155,11 @@ class ActionModule(ActionBase):
         elif rec.get("not_applied"):  # it measured another configuration than its own
             failed = "not applied: " + "; ".join(
                 "%s (%s)" % kv for kv in sorted(rec["not_applied"].items()))
-        capped = bool(failed) and (rec.get("error") or {}).get("type") == "TimeCap"
         return Trial(Configuration(**rec["configuration"]), int(m.get("steps") or 0),
                      m.get("s_per_step") if not failed else None,
                      float(m.get("warmup_s") or 0.0), float(rec.get("elapsed_s") or 0.0),
-                     m.get("final_loss"), failed, capped=capped)
+                     m.get("final_loss"), failed,
+                     capped=time_capped(failed, rec.get("error")))
 
 
 def _s(trial, halving, job_seconds):

@@ -160,7 +160,7 @@ class Application(Strict):
     pip_packages: tuple[PackageSpec, ...] = ()
     files: tuple[SafePath, ...] = Field(
         (), description="files or directories, relative to the request file, that the run "
-        "directory receives (default: the script's directory)")
+        "directory receives with the script (default: the script's directory)")
 
     @field_validator("framework_version", mode="after")
     @classmethod

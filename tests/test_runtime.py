@@ -530,6 +530,33 @@ def test_application_files_of_orchestrator_nodes_come_from_the_named_directory(t
     assert application_files(req) == []  # no file, no directory: nothing to copy
 
 
+def test_listed_application_files_take_the_script_with_them(tmp_path):
+    """A request that lists its data file still means its script to run: the run directory
+    receives the listed files and the script (a user's first deploy ran every trial into
+    "No such file" for the script); the modules beside it are the list's to name.  A
+    script that is not there is named as the field at fault."""
+    from modak_lib.errors import InputError
+    from modak_lib.readers.appfiles import application_files
+    from modak_lib.readers.tosca import request_from_nodes
+    (tmp_path / "train.py").write_text("")
+    (tmp_path / "helpers.py").write_text("")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "tokens.npz").write_bytes(b"0")
+
+    def staged(app):
+        req = request_from_nodes("job", {"application": {"framework": "pytorch", **app}},
+                                 "fe", {"scheduler": "local"}, "TOSCA node job", None)
+        return [dest for _, dest in application_files(req, base=str(tmp_path))]
+
+    assert staged({"script": "train.py", "files": ["data"]}) == ["data/tokens.npz", "train.py"]
+    assert staged({"script": "train.py", "files": ["data", "helpers.py", "train.py"]}) == [
+        "data/tokens.npz", "helpers.py", "train.py"]
+    assert staged({"script": "train.py"}) == ["helpers.py", "train.py"]  # as before
+    (tmp_path / "train.py").unlink()
+    with pytest.raises(InputError, match="application.script.*'train.py' not found"):
+        staged({"script": "train.py", "files": ["data"]})
+
+
 def test_sigterm_reaches_the_script_even_as_pid_1(tmp_path):
     """In a container the runtime is PID 1, which the kernel shields from signals it has no
     handler for; a wall-time SIGTERM must still end the training, with its record."""

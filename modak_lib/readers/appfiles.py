@@ -1,7 +1,8 @@
 """Which of the user's files a run directory receives, read from the controller's disk.
 
 * ``application.files`` (paths relative to the request file's directory: files or whole
-  directories) when the request lists them;
+  directories) when the request lists them, and the script itself with them (a user who
+  lists a data file still means the script to run);
 * otherwise the script's own directory: for ``pkg/sub/train.py`` the tree ``pkg/``, for a
   top-level ``train.py`` the script and the ``.py`` modules beside it (never the whole
   directory the request sits in, which may be a home directory).
@@ -67,11 +68,15 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
                              request.source)
         return []
     out: list[tuple[str, str]] = []
+    script = None  # the entry whose absence fails the job: the script, or its package
     if app.files:
         entries = [(f"application.files[{i}]", f) for i, f in enumerate(app.files)]
+        if app.script:
+            script = app.script
+            entries.append(("application.script", script))
     elif app.script:
-        top = app.script.split("/", 1)[0]
-        entries = [("application.script", top if "/" in app.script else app.script)]
+        script = app.script.split("/", 1)[0]
+        entries = [("application.script", script)]
         if "/" not in app.script:  # the modules a top-level script imports from beside it
             entries += [("application.script", p.name) for p in sorted(base.glob("*.py"))
                         if p.name != app.script]
@@ -84,7 +89,7 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
         path = base / rel
         if not path.exists():
             if field == "application.script":
-                if rel == entries[0][1]:  # the script itself: say so, the deploy will fail
+                if rel == script:  # the script itself: say so, the deploy would fail
                     raise InputError([(field, f"{rel!r} not found in {base}: the run directory "
                                        "needs the script (paths are relative to the request "
                                        "file)")], request.source)

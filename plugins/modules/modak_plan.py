@@ -97,8 +97,8 @@ options:
     description:
       - Controller paths (files or directories) the run directory receives instead of the
         request's own files; each keeps its name there.
-      - Default - the request's C(application.files), else the script's directory (relative to
-        the request file), see C(modak_lib/readers/appfiles.py).
+      - Default - the request's C(application.files) and its script, else the script's
+        directory (relative to the request file), see C(modak_lib/readers/appfiles.py).
     type: list
     elements: path
     default: []

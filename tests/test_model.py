@@ -1143,3 +1143,41 @@ def test_a_failure_or_a_refused_knob_answers_for_the_place_it_happened():
                          "raw": json.dumps({})}
     predictor = predictor_for(pd.concat([data, pd.DataFrame([applied])], ignore_index=True))
     assert not_offered(mnist_request(container_runtime="podman")) == []
+
+
+def test_a_failure_the_script_is_to_blame_for_withholds_no_configuration():
+    """A round whose every trial failed the same way (a file the run directory lacked):
+    stock failed first, then the candidates, the runtime blaming no knob.  None of them is
+    withheld from the next plan, stock above all (the search's choice then, and the run
+    after the fix needs it).  A candidate that failed on its own after stock ran, or that
+    the runtime blamed on its knob, still is."""
+    compiled = ("torch.compile:default", 2, "glibc", "fp32")
+    bf16 = ("off", 2, "glibc", "bf16")
+    missing = {"status": "failed", "failed_knob": None, "s_per_step": None,
+               "steps_per_s": None, "error": "FileNotFoundError: no such file: data.npz"}
+
+    def at(when, *config, **extra):
+        return row("mnist-cnn", *config, 1.0) | {
+            "recorded_at": f"2026-11-23T00:00:{when:02d}+00:00", "run_id": f"r{when}",
+            **missing, **extra}
+
+    def not_offered(*rows):
+        data = pd.concat([synthetic(), pd.DataFrame(list(rows))], ignore_index=True)
+        notes = make_plan(mnist_request(), predictor=predictor_for(data), run_id="p").plan.notes
+        return [n for n in notes if n.startswith("not offered:")]
+
+    stock = at(1, "off", 2, "glibc", "fp32")
+    assert not_offered(stock, at(2, *compiled), at(3, *bf16)) == []
+    # the candidate failed after stock ran (its own failure, whatever the runtime said)
+    ok = at(1, "off", 2, "glibc", "fp32") | {"status": "ok", "s_per_step": 0.05,
+                                             "error": None}
+    own = not_offered(ok, at(2, *compiled))
+    assert len(own) == 1 and "compiler=torch.compile:default" in own[0] \
+        and "failed when run here (r2)" in own[0], own
+    # blamed on its knob by the runtime: withheld even in a round where stock failed too
+    blamed = not_offered(stock, at(2, *compiled, failed_knob="compiler"))
+    assert len(blamed) == 1 and "under the knob compiler" in blamed[0], blamed
+    # stock's failure alone withholds nothing, and a later success lifts a candidate's
+    assert not_offered(stock) == []
+    assert not_offered(ok, at(2, *compiled), at(3, *compiled) | {
+        "status": "ok", "s_per_step": 0.05, "error": None}) == []

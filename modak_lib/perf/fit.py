@@ -820,7 +820,14 @@ def workload_table(df) -> list[dict[str, Any]]:
     the target) and answers for that place only (``features.same_place``): torch.compile
     failing under one CPU's instruction set, or tcmalloc missing from one image, says
     nothing of another.  And only while it is the latest word there: a later run at the
-    same place that applied the knob, or ran the configuration, lifts it."""
+    same place that applied the knob, or ran the configuration, lifts it.
+
+    A failure the script is to blame for withholds nothing: one under no knob (stock's
+    knobs: the script's own failure, and stock must stay on offer for the run after the
+    fix), and one the runtime blamed on no knob that came while the place's latest run
+    under no knob had failed as well (a search's round runs stock first: a missing file or
+    a wrong argument fails every trial of the round, and must not withhold the candidates
+    once it is put right)."""
     import pandas as pd
 
     d = df.copy()
@@ -849,9 +856,15 @@ def workload_table(df) -> list[dict[str, Any]]:
         entry["job_run"] = _plain(jobs["run_id"].iloc[-1]) if len(jobs) else None
         refused: dict[tuple, Optional[dict[str, Any]]] = {}
         failed: dict[tuple, Optional[dict[str, Any]]] = {}
+        plain_failed: dict[tuple, bool] = {}  # per place: its latest run under no knob failed
         for r in g.to_dict("records"):
             where = F.place(r)
             spot = tuple(where.values())
+            plain = all(F.knob_value(r, k) is None for k in F.KNOBS)
+            if plain:
+                plain_failed[spot] = r["status"] == "failed"
+            own = r["status"] == "failed" and not plain and (
+                bool(_plain(r["failed_knob"])) or not plain_failed.get(spot, False))
             names = r["not_applied"] if isinstance(r["not_applied"], str) else ""
             names = {n for n in names.split(",") if n}
             reasons = {}
@@ -877,7 +890,7 @@ def workload_table(df) -> list[dict[str, Any]]:
                                     "knob": _plain(r["failed_knob"]),
                                     "run_id": _plain(r["run_id"]),
                                     "error": str(_plain(r["error"]) or "")[:200]}
-                                   if r["status"] == "failed" else None)
+                                   if own else None)
         entry["not_applied"] = [v for v in refused.values() if v]
         entry["failed"] = [v for v in failed.values() if v]
         out.append(entry)

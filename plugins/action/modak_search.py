@@ -111,7 +111,8 @@ class ActionModule(ActionBase):
         stock = stock_configuration(ranked, scores, max(c.threads for c in ranked))
         if stock is None:
             raise AnsibleActionFail("the plan has no stock candidate (no compiler, all "
-                                    "cores, glibc, fp32) to compare trials with")
+                                    "cores, glibc, fp32) to compare trials with (-e "
+                                    "modak_new_run=true plans the request again)")
         pred = next((c.get("prediction") for c in plan["candidates"]
                      if Configuration(**c["configuration"]) == stock), None) or {}
         per_step = pred.get("seconds")

@@ -57,7 +57,9 @@ def deploy(tmp_path, frontend, fitted_model):
     run.store = ResultsStore(store)
     run.tmp = tmp_path
     run.work = pathlib.Path("/home/hpcuser") / work  # the front-end user's run directories
-    return run
+    yield run
+    # (each test's run directories went on filling the front-end user's home, 2 MB a test)
+    shutil.rmtree(run.work, ignore_errors=True)
 
 
 def _recap(out: str) -> dict:

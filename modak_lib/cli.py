@@ -108,6 +108,17 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--seconds", type=float, default=8.0, help="the probe's budget")
     probe.add_argument("--json", action="store_true", help="print the probe's record")
 
+    wheels = sub.add_parser("wheelhouse", help="download the wheels an image installs from "
+                            "on a front-end without a package index (the deploy copies them "
+                            "when it builds)")
+    wheels.add_argument("requirements", nargs="*", help="what to download (default: what "
+                        "the image of --image installs; add a request's pip_packages)")
+    wheels.add_argument("--image", help="the catalogue's image (variant id) to download for "
+                        "(default: its first that installs from a wheelhouse, "
+                        "pytorch-2.13.0-cpu)")
+    wheels.add_argument("--dir", help="where (default: wheelhouse/ in MODAK's directory, "
+                        "where the deploy looks)")
+
     types = sub.add_parser("tosca-types", help="print the path of MODAK's TOSCA types (copy "
                            "them beside a blueprint and import them by name)")
     types.add_argument("--json", action="store_true", help="path and version as JSON")
@@ -386,6 +397,25 @@ def cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_wheelhouse(args: argparse.Namespace) -> int:
+    """Fill the wheelhouse (``modak_lib.wheelhouse``)."""
+    from .wheelhouse import default_dir, fill, variant
+
+    image = variant(args.image)
+    directory = Path(args.dir) if args.dir else default_dir()
+    reqs = list(args.requirements) or list(image.pip)
+    rc = fill(directory, reqs, image.arch)
+    if rc:
+        print(f"modak: error: pip could not download {' '.join(reqs)} into {directory} "
+              f"(exit status {rc}; see its messages above)", file=sys.stderr)
+        return EXIT_USER
+    if not args.quiet:
+        wheels = sorted(directory.glob("*.whl"))
+        size = sum(w.stat().st_size for w in wheels) / 2**20
+        print(f"wheelhouse {directory}: {len(wheels)} wheels, {size:.0f} MiB")
+    return 0
+
+
 def _print_json(data) -> int:
     json.dump(data, sys.stdout, indent=2, default=_plain)
     sys.stdout.write("\n")
@@ -454,6 +484,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return {"plan": cmd_plan, "schema": cmd_schema, "model": cmd_model,
                 "probe": cmd_probe, "tosca-types": cmd_tosca_types,
+                "wheelhouse": cmd_wheelhouse,
                 "init": cmd_init}[args.command](args)
     except InputError as exc:
         for line in exc.format().splitlines():

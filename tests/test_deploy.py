@@ -94,12 +94,17 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     assert rows[0]["image"] == "pytorch-2.13.0-cpu" and rows[0]["s_per_step"] > 0
 
     # two more deploys of the run at once: nothing submitted, recorded or fetched twice
+    # (one of them without a wheelhouse: an image that exists needs none)
+    no_wheels = deploy.tmp / "no-wheels"
+    no_wheels.mkdir()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        twins = list(pool.map(lambda _: deploy(), range(2)))
+        twins = list(pool.map(lambda extra: deploy(**extra),
+                              [{}, {"modak_wheelhouse": str(no_wheels)}]))
     for second in twins:
         _ok(second)
         assert second.recap["changed"] == 0, second.stdout[-3000:]
-        assert _task(second.stdout, "Ensure the image exists (built once per recipe hash)") == "ok"
+        assert _task(second.stdout, "Look for the image (built once per recipe hash)") == "ok"
+        assert _task(second.stdout, "Build it, or attach to its build running now") == "skipping"
         assert _task(second.stdout, "Submit the job (once per run)") == "ok"
     assert len(deploy.store.rows()) == 1  # the run is recorded once
     out = next((deploy.tmp / "results").glob("*/mnist-quick.out"))
@@ -123,8 +128,30 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     third = deploy(modak_new_run=True)  # asked for: a new job, same image
     _ok(third)
     assert _task(third.stdout, "Submit the job (once per run)") == "changed"
-    assert _task(third.stdout, "Ensure the image exists (built once per recipe hash)") == "ok"
+    assert _task(third.stdout, "Look for the image (built once per recipe hash)") == "ok"
     assert len(deploy.store.rows()) == 3
+
+
+def test_a_build_without_wheels_stops_before_it_saying_how_to_get_them(deploy):
+    """An image to build whose recipe installs from a wheelhouse, and no wheels on the
+    controller: the deploy stops before the build context is made, saying which command
+    fills it, and submits nothing."""
+    empty = deploy.tmp / "no-wheels"
+    empty.mkdir()
+    target = {"scheduler": "slurm", "container_runtime": "podman", "partitions": ["debug"],
+              "frontend": {"host": "127.0.0.1", "port": 2222, "user": "hpcuser",
+                           "work_dir": "modak-runs"},
+              "image_dir": f"{deploy.work.name}/images"}  # (no image built there)
+    proc = deploy(modak_wheelhouse=str(empty), modak_target=target)
+    assert proc.returncode != 0
+    said = " ".join(proc.stdout.split())
+    assert f"{empty} on this controller holds no wheels: fill it with `modak wheelhouse " \
+        "--image pytorch-2.13.0-cpu`" in said, proc.stdout[-3000:]
+    assert _task(proc.stdout, "Look for the image (built once per recipe hash)") == "changed"
+    assert _task(proc.stdout, "Create the build context") == ""  # not reached
+    assert not (deploy.work / "images").exists()
+    assert "Submit the job" not in proc.stdout
+    assert not deploy.store.path.exists() or deploy.store.rows() == []
 
 
 def test_pbs_wrappers_run_the_pbs_script(deploy):

@@ -165,6 +165,25 @@ def _main(capsys, *argv):
     return code, out, err
 
 
+def test_wheelhouse_downloads_wheels_for_the_images_python(tmp_path, capsys):
+    """`modak wheelhouse` fetches what an offline build installs, as wheels for the image's
+    Python and platform (cp311 manylinux), not this host's; by default the packages of the
+    catalogue's first wheelhouse image; an image it does not know is a usage error."""
+    from modak_lib.wheelhouse import download_command, variant
+    pytorch = variant()
+    assert pytorch.id == "pytorch-2.13.0-cpu" and "torch==2.13.0" in pytorch.pip
+    argv = download_command(tmp_path, ["numpy"], "x86_64")
+    assert argv[argv.index("--python-version") + 1] == "3.11"
+    assert "manylinux_2_28_x86_64" in argv and argv[-3:] == ["-d", str(tmp_path), "numpy"]
+    code, out, _ = _main(capsys, "wheelhouse", "--dir", str(tmp_path / "w"), "markupsafe")
+    assert code == 0 and f"wheelhouse {tmp_path / 'w'}: 1 wheels" in out, out
+    (wheel,) = (tmp_path / "w").glob("*.whl")
+    assert "-cp311-" in wheel.name and "manylinux" in wheel.name, wheel.name
+    code, _, err = _main(capsys, "wheelhouse", "--image", "nope")
+    assert code == 2 and "--image nope: not an image of the catalogue" in err \
+        and "pytorch-2.13.0-cpu" in err
+
+
 def test_init_writes_a_starting_point_that_plans_and_never_overwrites(tmp_path, capsys):
     code, out, _ = _main(capsys, "init", str(tmp_path / "job"))
     assert code == 0 and "ansible-playbook modak.modak.deploy -i" in out

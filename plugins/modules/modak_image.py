@@ -107,6 +107,10 @@ built:
   description: Whether this call built the image.
   returned: always
   type: bool
+exists:
+  description: Whether an image of the same recipe was there before this call (it is reused).
+  returned: always
+  type: bool
 image:
   description: The image reference.
   returned: always
@@ -396,6 +400,7 @@ def main():
         return rc == 0, rc == 0 and os.path.exists(marker)
 
     present, exists = exists_now()
+    result["exists"] = exists
     if p["state"] == "absent":
         if build.running_pid():
             module.fail_json(msg="image %s is being built now (process %d); not removed"
@@ -410,11 +415,11 @@ def main():
 
     if exists:
         module.exit_json(msg="image %s exists (built from the same recipe)" % p["image"], **result)
+    result["changed"] = True
+    if module.check_mode:  # (asked before the build context is made: no recipe yet)
+        module.exit_json(msg="would build %s" % p["image"], **result)
     if not os.path.isfile(p["recipe"]):
         module.fail_json(msg="recipe %s does not exist" % p["recipe"], **result)
-    result["changed"] = True
-    if module.check_mode:
-        module.exit_json(msg="would build %s" % p["image"], **result)
 
     def clear_killed():
         """A killed build's lock and leftovers removed; False if there was none."""

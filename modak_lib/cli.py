@@ -111,8 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     wheels = sub.add_parser("wheelhouse", help="download the wheels an image installs from "
                             "on a front-end without a package index (the deploy copies them "
                             "when it builds)")
-    wheels.add_argument("requirements", nargs="*", help="what to download (default: what "
-                        "the image of --image installs; add a request's pip_packages)")
+    wheels.add_argument("requirements", nargs="*", help="more to download besides what the "
+                        "image of --image installs (a request's pip_packages)")
     wheels.add_argument("--image", help="the catalogue's image (variant id) to download for "
                         "(default: its first that installs from a wheelhouse, "
                         "pytorch-2.13.0-cpu)")
@@ -403,7 +403,7 @@ def cmd_wheelhouse(args: argparse.Namespace) -> int:
 
     image = variant(args.image)
     directory = Path(args.dir) if args.dir else default_dir()
-    reqs = list(args.requirements) or list(image.pip)
+    reqs = list(image.pip) + [r for r in args.requirements if r not in image.pip]
     rc = fill(directory, reqs, image.arch)
     if rc:
         print(f"modak: error: pip could not download {' '.join(reqs)} into {directory} "

@@ -165,7 +165,7 @@ def _main(capsys, *argv):
     return code, out, err
 
 
-def test_wheelhouse_downloads_wheels_for_the_images_python(tmp_path, capsys):
+def test_wheelhouse_downloads_wheels_for_the_images_python(tmp_path, capsys, monkeypatch):
     """`modak wheelhouse` fetches what an offline build installs, as wheels for the image's
     Python and platform (cp311 manylinux), not this host's; by default the packages of the
     catalogue's first wheelhouse image; an image it does not know is a usage error."""
@@ -175,10 +175,16 @@ def test_wheelhouse_downloads_wheels_for_the_images_python(tmp_path, capsys):
     argv = download_command(tmp_path, ["numpy"], "x86_64")
     assert argv[argv.index("--python-version") + 1] == "3.11"
     assert "manylinux_2_28_x86_64" in argv and argv[-3:] == ["-d", str(tmp_path), "numpy"]
-    code, out, _ = _main(capsys, "wheelhouse", "--dir", str(tmp_path / "w"), "markupsafe")
-    assert code == 0 and f"wheelhouse {tmp_path / 'w'}: 1 wheels" in out, out
-    (wheel,) = (tmp_path / "w").glob("*.whl")
-    assert "-cp311-" in wheel.name and "manylinux" in wheel.name, wheel.name
+    # (a small image of the catalogue's, so that the test downloads little)
+    monkeypatch.setattr("modak_lib.wheelhouse.variant", lambda image=None: pytorch.model_copy(
+        update={"pip": ("markupsafe",)}))
+    code, out, _ = _main(capsys, "wheelhouse", "--dir", str(tmp_path / "w"), "markupsafe",
+                         "six")  # (more packages besides the image's, once each)
+    assert code == 0 and f"wheelhouse {tmp_path / 'w'}: 2 wheels" in out, out
+    wheels = sorted(w.name for w in (tmp_path / "w").glob("*.whl"))
+    assert "-cp311-" in wheels[0] and "manylinux" in wheels[0] and wheels[1].startswith(
+        "six-"), wheels
+    monkeypatch.undo()
     code, _, err = _main(capsys, "wheelhouse", "--image", "nope")
     assert code == 2 and "--image nope: not an image of the catalogue" in err \
         and "pytorch-2.13.0-cpu" in err

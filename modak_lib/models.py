@@ -331,6 +331,9 @@ class ImageInfo(Strict):
     recipes: dict[str, str] = Field(description="format -> file name")
     content_hash: str
     wheelhouse: bool = Field(description="the recipe installs Python packages from ./wheels")
+    pip_packages: tuple[str, ...] = Field(
+        (), description="the request's pip_packages, which the recipe installs besides the "
+        "image's own (a wheelhouse must hold them too)")
     ca_certs: bool = Field(description="the recipe copies ./certs into the image")
     builder: Optional[dict[str, Any]] = Field(
         None, description="what the front-end runs to build, find and remove the image (the "

@@ -191,6 +191,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                       base=variant.base, flavour=variant.flavour,
                       recipe_file=recipe_files[fmt], recipes=recipe_files,
                       content_hash=digest, wheelhouse=variant.wheelhouse, ca_certs=ca_certs,
+                      pip_packages=tuple(map(str, request.application.pip_packages)),
                       builder=runtime.builder(wheelhouse=variant.wheelhouse),
                       score_breakdown=decision.match.breakdown)
     plan = Plan(request=request.source, modak_version=__version__, chosen=cfg,

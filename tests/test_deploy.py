@@ -146,7 +146,7 @@ def test_a_build_without_wheels_stops_before_it_saying_how_to_get_them(deploy):
     assert proc.returncode != 0
     said = " ".join(proc.stdout.split())
     assert f"{empty} on this controller holds no wheels: fill it with `modak wheelhouse " \
-        "--image pytorch-2.13.0-cpu`" in said, proc.stdout[-3000:]
+        f"--image pytorch-2.13.0-cpu --dir {empty}`" in said, proc.stdout[-3000:]
     assert _task(proc.stdout, "Look for the image (built once per recipe hash)") == "changed"
     assert _task(proc.stdout, "Create the build context") == ""  # not reached
     assert not (deploy.work / "images").exists()

@@ -155,6 +155,20 @@ def test_apptainer_sees_its_own_template_braces():
     assert "    {{ WHEELHOUSE }} /opt/modak-wheels\n" in recipe
 
 
+def test_the_plan_names_the_packages_a_wheelhouse_must_hold_besides_the_images():
+    """A request's pip_packages go into the recipe after the image's own, and the plan says
+    which they are: a deploy without wheels names them in the `modak wheelhouse` it asks for
+    (roles/modak_image)."""
+    from conftest import plan_of, request
+    result = plan_of(request(scheduler="slurm", runtime="podman",
+                             application={"pip_packages": ["tqdm", "einops==0.8.1"]}))
+    image = result.plan.image
+    assert image.wheelhouse and image.pip_packages == ("tqdm", "einops==0.8.1")
+    recipe = result.files[image.recipe_file]
+    assert recipe.index("torch==2.13.0") < recipe.index("tqdm") < recipe.index("einops==0.8.1")
+    assert plan_of(request(scheduler="slurm", runtime="podman")).plan.image.pip_packages == ()
+
+
 def test_image_tag_is_the_recipe_hash():
     a, _ = rendered(CASES["slurm-podman"])
     b, _ = rendered(CASES["pbs-podman"])

@@ -860,7 +860,8 @@ def workload_table(df) -> list[dict[str, Any]]:
         for r in g.to_dict("records"):
             where = F.place(r)
             spot = tuple(where.values())
-            plain = all(F.knob_value(r, k) is None for k in F.KNOBS)
+            switched = {k: v for k in F.KNOBS if (v := F.knob_value(r, k)) is not None}
+            plain = not switched
             if plain:
                 plain_failed[spot] = r["status"] == "failed"
             own = r["status"] == "failed" and not plain and (
@@ -873,10 +874,7 @@ def workload_table(df) -> list[dict[str, Any]]:
                     reasons = json.loads(r["raw"]).get("not_applied", {})
                 except (TypeError, ValueError, AttributeError):
                     pass
-            for knob in F.KNOBS:
-                value = F.knob_value(r, knob)
-                if value is None:
-                    continue
+            for knob, value in switched.items():
                 if knob in names:
                     refused[(knob, value, spot)] = {
                         "knob": knob, "value": value, **where, "run_id": _plain(r["run_id"]),

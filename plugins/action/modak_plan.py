@@ -51,6 +51,7 @@ class ActionModule(ActionBase):
             from modak_lib.files import write_atomic
             from modak_lib.models import Configuration
             from modak_lib.paths import user_dir
+            from modak_lib.wheelhouse import default_dir as wheelhouse_dir
             from modak_lib.pipeline import make_plan, with_target
             from modak_lib.readers import read_infra, read_request
             from modak_lib.readers.appfiles import (application_files, files_digest,
@@ -68,7 +69,7 @@ class ActionModule(ActionBase):
             args["out_dir"] = str(user_dir("plans"))
         dirs = dict(plans=args["out_dir"],
                     results=args["results_dir"] or str(user_dir("results")),
-                    wheelhouse=str(user_dir("wheelhouse")))
+                    wheelhouse=str(wheelhouse_dir()))
 
         # the user's files (an edited script is another run), read before anything else
         try:

@@ -1006,6 +1006,11 @@ def test_a_gpu_machines_campaign_joins_the_shipped_one_as_a_target_of_its_own(tm
     frame = pd.DataFrame(ours.rows())
     assert sorted(target_id(frame)) == ["icelake/16 cores", "icelake/16 cores",
                                         "icelake/16 cores + H100"]
+    # a runtime without archspec names no microarchitecture: the target is still named
+    # (as the features name it), not left out of every held-out group
+    gpu_row = frame[frame["accelerator"] == "H100"].iloc[0].to_dict()
+    frame.loc[len(frame)] = {**gpu_row, "microarchitecture": None}
+    assert target_id(frame).iloc[-1] == "unknown/16 cores + H100"
     assert campaign.accelerator_model({"accelerator": "NVIDIA H100 80GB HBM3"}) == "H100"
     assert campaign.accelerator_model({"accelerator": "NVIDIA A100-SXM4-40GB"}) == "A100"
     assert campaign.accelerator_model({}) is None

@@ -280,8 +280,11 @@ def usable(df):
 
 def target_id(df):
     """A target as the model's data name it: microarchitecture / cores, and its GPU where
-    the job trained on one (``zen4/16 cores + H100``)."""
-    tid = df["microarchitecture"].astype(str) + "/" + df["cores"].astype(float).astype(int) \
+    the job trained on one (``zen4/16 cores + H100``); ``unknown`` where the runtime named
+    no microarchitecture (it had no archspec), as the features name it."""
+    micro = df["microarchitecture"].astype(object).where(df["microarchitecture"].notna(),
+                                                         "unknown")
+    tid = micro.astype(str) + "/" + df["cores"].astype(float).astype(int) \
         .astype(str) + " cores"
     if "accelerator" not in df:
         return tid

@@ -240,7 +240,7 @@ class _Torch:
         for root in self.roots:
             self._wrap_forward(root, None, (device, torch.bfloat16))
         s.applied_knob("precision", f"forward of {s.effect['trained_modules']} under "
-                       f"torch.autocast({device!r}, bfloat16)")
+                       f"torch.autocast({device!r}, bfloat16), its outputs in float32")
 
     def _wrap_forward(self, module, convert, autocast) -> None:
         torch = self.torch
@@ -252,7 +252,8 @@ class _Torch:
             if autocast is None:
                 return inner(*args, **kwargs)
             with torch.autocast(autocast[0], dtype=autocast[1]):
-                return inner(*args, **kwargs)
+                out = inner(*args, **kwargs)
+            return _to_float32(out, torch)
 
         module.forward = forward
 
@@ -525,6 +526,28 @@ def _written(out, tensor_type) -> int:
     if isinstance(out, (tuple, list)):
         return sum(o.numel() for o in out if isinstance(o, tensor_type))
     return 0
+
+
+def _to_float32(value, torch, depth: int = 0):
+    """A forward's outputs with their bfloat16 tensors in float32, looking into the tuples,
+    lists and dicts (a named tuple, a ``ModelOutput``) a model returns: the script's loss then
+    runs in float32 on them, as it would inside an autocast region of its own (loss
+    functions are among autocast's float32 operations), not in bfloat16 outside it, which
+    rounds the loss and, on CUDA, fails the backward of a loss against a float32 target."""
+    if isinstance(value, torch.Tensor):
+        return value.float() if value.dtype == torch.bfloat16 else value
+    if depth > 3:
+        return value
+    if isinstance(value, dict):
+        for key, item in list(value.items()):  # in place: keeps a ModelOutput's attributes
+            value[key] = _to_float32(item, torch, depth + 1)
+        return value
+    if isinstance(value, (tuple, list)):
+        items = [_to_float32(v, torch, depth + 1) for v in value]
+        if isinstance(value, list):
+            return items
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    return value
 
 
 def _first_tensor(value, tensor_type, depth: int = 0):

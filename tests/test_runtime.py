@@ -99,6 +99,55 @@ def test_bf16_and_compile_are_in_effect_on_a_plain_pytorch_script():
     assert rec["metrics"]["warmup_steps"] >= 2 and rec["metrics"]["warmup_s"] > 0.5
 
 
+MIXED_OUTPUTS = """
+import collections
+import torch
+torch.manual_seed(0)
+Out = collections.namedtuple("Out", "logits aux")
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.body(x)
+        return {"pair": Out(h, [h.sum(1)]), "steps": torch.arange(3)}
+
+
+net = Net()
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+x, y = torch.randn(32, 16), torch.randn(32, 16)
+for step in range(3):
+    opt.zero_grad()
+    out = net(x)
+    loss = torch.nn.functional.mse_loss(out["pair"].logits, y)  # a float32 target
+    loss.backward()
+    opt.step()
+print("dtypes", out["pair"].logits.dtype, out["pair"].aux[0].dtype, out["steps"].dtype,
+      type(out["pair"]).__name__, loss.dtype)
+"""
+
+
+def test_bf16_runs_the_forward_in_bfloat16_and_hands_the_loss_float32_outputs(tmp_path):
+    """The bf16 knob puts the trained module's forward under autocast; its outputs come back
+    in float32 (in a dict, a named tuple, a list), so the script's loss is computed in
+    float32 as inside an autocast region of its own: it was computed in bfloat16 (a
+    transformer's cross-entropy rounded to 3.71875 against fp32's 3.7444), and on the
+    H100 a mean-squared error against a float32 target failed its backward ('Found dtype
+    Float but expected BFloat16')."""
+    need("torch")
+    script = tmp_path / "mixed.py"
+    script.write_text(MIXED_OUTPUTS)
+    rc, out, rec, err = run(script, env={"MODAK_PRECISION": "bf16"})
+    assert rc == 0, err
+    assert rec["effect"]["matmul_dtype"] == "bfloat16"  # the forward did run in bfloat16
+    assert out.splitlines()[-1] == "dtypes torch.float32 torch.float32 torch.int64 Out " \
+        "torch.float32", out
+    assert "its outputs in float32" in rec["applied"]["precision"]
+
+
 def test_what_the_compiler_left_eager_is_said_in_dynamos_words():
     """Dynamo does not trace nn.LSTM/GRU/RNN: a forward that calls one compiles nothing, and
     the record must say so and why (it said "the module never ran after the first step");

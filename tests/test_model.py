@@ -1025,7 +1025,8 @@ def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(t
     the transfer campaign is among them, read once even when named again with --data, and
     the model it keeps is trusted for a workload family it never measured (its held-out
     family error within the planner's MAX_UNSEEN_SIGMA), with its trees exported for the
-    planner; the linear models alone are not."""
+    planner; the linear models alone are further off on held-out families (they were off by
+    more than MAX_UNSEEN_SIGMA until the second H100 machine's runs: 0.48 now)."""
     from modak_lib.perf.predictor import MAX_UNSEEN_SIGMA
     from modak_lib.results import CAMPAIGN, SHIPPED_DATASETS
 
@@ -1037,7 +1038,7 @@ def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(t
     assert model.card.sigma_log_unseen < MAX_UNSEEN_SIGMA
     assert model.meta["light"]["formula"].get("kind") == "trees"
     linear = m.fit(data, estimators=("linear", "linear-main"))
-    assert linear.card.sigma_log_unseen > MAX_UNSEEN_SIGMA
+    assert linear.card.sigma_log_unseen > 1.2 * model.card.sigma_log_unseen  # 0.48 and 0.35
 
 
 def test_a_model_of_cpu_data_does_not_decide_for_an_accelerator_it_never_measured():

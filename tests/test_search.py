@@ -130,11 +130,12 @@ def test_a_compilation_longer_than_the_budget_ends_its_trial_not_the_budget():
     for c in (BOTH, COMPILE):
         assert "time cap" in out.verdicts[c.label()]
     assert out.chosen == TCMALLOC  # the one that measured faster than stock, same loss
-    # uncapped, the same search spends the compilations' minutes
+    # uncapped, the same search spends a compilation's minutes (the first: after it, the
+    # budget leaves the others less than stock's trial took, and they are not tried)
     run, _ = recorded(slow)
     over = search([BOTH, COMPILE, TCMALLOC, BF16], STOCK, lambda c, n, cap: run(c, n),
                   job_steps=5000, budget_s=60)
-    assert over.spent_s > 4 * 60
+    assert over.spent_s > 2 * 60
 
 
 def test_the_budget_is_re_based_on_the_measured_stock_trial():
@@ -162,6 +163,40 @@ def test_the_budget_is_re_based_on_the_measured_stock_trial():
     assert all("time cap of" in shorter.verdicts[c.label()] for c in (COMPILE, BOTH))
 
 
+def test_a_job_measured_too_short_for_trials_tries_no_candidate():
+    """Planned on its wall time (180 s of budget), a 600-step job measured by stock's trial
+    at 27 s: the budget re-based on it (2.7 s) is less than stock's trial took (5 s), so
+    no candidate runs (they ran capped at 1 s each and measured nothing) and stock is kept,
+    each candidate saying why; a job ten times longer affords the trials."""
+    table = {STOCK: (0.045, 1.55, 1.0), COMPILE: (0.030, 20.0, 1.0), BF16: (0.035, 0.0, 1.0),
+             TCMALLOC: (0.044, 0.0, 1.0)}
+    caps: list = []
+    run, calls = recorded(table, caps)
+    out = search([COMPILE, BF16, TCMALLOC], STOCK, run, job_steps=600, budget_s=180,
+                 budget_fraction=0.1)
+    assert calls == [(STOCK, 10)] and out.chosen == STOCK
+    assert out.budget_s == pytest.approx(0.1 * (1.55 + 0.045 * 600))
+    assert out.spent_s == pytest.approx(5.0) and len(out.trials) == 1
+    for c in (COMPILE, BF16, TCMALLOC):
+        why = out.verdicts[c.label()]
+        assert why.startswith("not tried: the budget (3 s") and "less than stock's trial " \
+            "took (5 s)" in why and "too short" in why, why
+    assert out.summary().startswith(f"chose {STOCK.label()} after 1 trials in 1 round(s)")
+    # the same through the state a playbook keeps between its steps, a trial at a time
+    h = Halving([COMPILE, BF16, TCMALLOC], STOCK, job_steps=600, budget_s=180,
+                budget_fraction=0.1)
+    pool, steps = h.next_round()
+    done = [run(STOCK, steps, None)]
+    h = Halving.from_state(json.loads(json.dumps(h.state())))
+    assert [h.skip(c, done) is not None for c in pool] == [False, True, True, True]
+    assert h.skip(STOCK, done) is None
+    longer, calls = recorded(table)
+    out = search([COMPILE, BF16, TCMALLOC], STOCK, longer, job_steps=6000, budget_s=180,
+                 budget_fraction=0.1)
+    assert {c for c, _ in calls} == {STOCK, COMPILE, BF16, TCMALLOC}
+    assert not any(v.startswith("not tried") for v in out.verdicts.values())
+
+
 def test_the_first_round_is_cut_to_what_its_budget_affords():
     """Before any trial has measured a cost, the first round is estimated (a trial's
     overhead plus its steps at stock's predicted speed): it runs stock and the best-ranked
@@ -178,10 +213,13 @@ def test_the_first_round_is_cut_to_what_its_budget_affords():
                    trial_overhead_s=10.0, s_per_step=0.05, budget_fraction=0.1)
     assert calls == [] and short.chosen == STOCK and short.rounds == 0
     assert "too short for trials" in short.verdicts[STOCK.label()]
-    # the same job without an estimate of a trial's cost runs its first round, as before
+    # the same job without an estimate of a trial's cost runs its first round's stock
+    # trial; what that took (3.5 s) is more than the budget leaves the candidates
     run, calls = recorded(LM)
-    search([BOTH, BF16, TCMALLOC], STOCK, run, job_steps=150, budget_s=0.75)
-    assert len(calls) == 4
+    short = search([BOTH, BF16, TCMALLOC], STOCK, run, job_steps=150, budget_s=0.75)
+    assert calls == [(STOCK, 10)] and short.chosen == STOCK
+    assert all(short.verdicts[c.label()].startswith("not tried: the budget (1 s")
+               for c in (BOTH, BF16, TCMALLOC))
 
 
 def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():

@@ -33,7 +33,9 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   measured the job, the shares are of the budget re-based on it, so a first round planned
   on a prediction keeps to the measured budget too.  A candidate stopped before it measured
   a step time fails its trial (it could not pay for itself within the budget), without
-  being barred from later plans: a longer job affords it.  The cap is on the runtime's
+  being barred from later plans: a longer job affords it.  A candidate whose share is
+  less than stock's trial took, with nothing measured to keep, is not tried at all
+  (``skip``): a job measured that short is too short for trials to pay for themselves.  The cap is on the runtime's
   clock: the job's start-up before it (scheduler, container) comes on top;
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
@@ -100,6 +102,9 @@ class Trial:
     # stopped at its time cap (its share of the budget) before it measured a step time:
     # the budget ran out, which says nothing against the configuration
     capped: bool = False
+    # not run: its share of the budget could not measure it (``failed`` says why;
+    # :meth:`Halving.skip`)
+    skipped: bool = False
 
 
 def time_capped(failed: Optional[str], error: Optional[dict]) -> bool:
@@ -210,6 +215,33 @@ class Halving:
         stock's trial and an unbounded budget; at least MIN_CAP_S."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
+        return round(max(self._share(done)[0], MIN_CAP_S), 1)
+
+    def skip(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[str]:
+        """Why this round's trial of ``configuration`` is not run (None: it runs): once
+        stock's trial in this round has measured the job, a share of the budget (:meth:`cap`)
+        smaller than that trial took (start-up, warm-up, steps: the least a trial costs)
+        cannot measure a candidate, where the candidate has nothing measured from an earlier
+        round to keep.  A job measured that short is too short for trials to pay for
+        themselves (a 600-step job of 27 s, its budget 2.7 s, ran three trials capped at
+        1 s, none measured a step)."""
+        if configuration == self.stock or not math.isfinite(self.budget_s):
+            return None
+        earlier = self.last.get(configuration)
+        if earlier is not None and earlier.s_per_step is not None:
+            return None  # (capped, it keeps what it measured: see ``record``)
+        share, budget, base = self._share(done)
+        if base is None or base.s_per_step is None or share >= base.wall_s:
+            return None
+        return (f"not tried: the budget ({budget:.0f} s, the job as stock's trial measured "
+                f"it) leaves it {max(share, 0.0):.0f} s, less than stock's trial took "
+                f"({base.wall_s:.0f} s): the job is too short for trials to pay for "
+                f"themselves")
+
+    def _share(self, done: Sequence[Trial]) -> tuple[float, float, Optional[Trial]]:
+        """(what the budget has left after the round's trials ``done``, shared equally among
+        the round's candidates not yet run; the budget, re-based on stock's trial once it
+        ran; stock's trial in this round, None while it has not run)."""
         ran = {t.configuration: t for t in done}
         base, budget = ran.get(self.stock), self.budget_s
         if self.budget_fraction and base is not None and base.s_per_step is not None:
@@ -219,7 +251,7 @@ class Halving:
             left -= (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
                      else self._first_trial_s())
         waiting = [c for c in self.pool if c != self.stock and c not in ran]
-        return round(max(left / max(1, len(waiting)), MIN_CAP_S), 1)
+        return left / max(1, len(waiting)), budget, base
 
     def _first_trial_s(self) -> float:
         """A first-round trial's cost before anything is measured: the overhead plus its
@@ -256,8 +288,9 @@ class Halving:
         trials = [replace(t, round=out.rounds) for t in trials]
         results = {t.configuration: t for t in trials}
         for t in trials:
-            out.trials.append(t)
-            out.spent_s += t.wall_s
+            if not t.skipped:
+                out.trials.append(t)
+                out.spent_s += t.wall_s
         # a candidate the budget stopped in this round before it measured anything keeps
         # what it measured in the rounds before: the round ran out of budget, and the
         # search ends on the evidence it has (an interrupted round must not undo a win)
@@ -281,7 +314,8 @@ class Halving:
         ranked = []
         for c in self.pool[1:]:
             t = kept.get(c) or results.get(c)
-            why = ("not measured" if t is None else t.failed and f"failed: {t.failed}"
+            why = ("not measured" if t is None else t.skipped and t.failed
+                   or t.failed and f"failed: {t.failed}"
                    or changes_result(t, base, self.tolerance))
             if why:
                 out.verdicts[c.label()] = why
@@ -444,7 +478,9 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
         pool, steps = step
         done: list[Trial] = []
         for c in pool:  # (stock first)
-            done.append(run(c, steps, h.cap(c, done)))
+            why = h.skip(c, done)
+            done.append(Trial(c, 0, None, failed=why, skipped=True) if why
+                        else run(c, steps, h.cap(c, done)))
         h.record(done)
 
 

@@ -54,10 +54,12 @@ class ActionModule(ActionBase):
                 raise AnsibleActionFail("%s: no search to cap a trial of (start it first)" % path)
             with open(path) as f:
                 halving = Halving.from_state(json.load(f))
-            cap = halving.cap(Configuration(**args["cap_for"]),
-                              [self._trial(r, Trial, Configuration) for r in args["done"]])
-            result.update(changed=False, cap=cap, msg="no time cap (stock's trial)" if cap is None
-                          else "time cap %.1f s" % cap)
+            this = Configuration(**args["cap_for"])
+            done = [self._trial(r, Trial, Configuration) for r in args["done"]]
+            cap, skip = halving.cap(this, done), halving.skip(this, done)
+            result.update(changed=False, cap=cap, skip=skip or "",
+                          msg=skip or ("no time cap (stock's trial)" if cap is None
+                                       else "time cap %.1f s" % cap))
             return result
         if os.path.exists(path):
             with open(path) as f:
@@ -150,6 +152,10 @@ class ActionModule(ActionBase):
 
         m = rec.get("measured") or {}
         failed = None
+        if rec.get("status") == "skipped":  # (not run: Halving.skip said why)
+            return Trial(Configuration(**rec["configuration"]), 0, None,
+                         failed=(rec.get("error") or {}).get("message") or "not tried",
+                         skipped=True)
         if rec.get("status") == "failed" or not m.get("s_per_step"):
             failed = ((rec.get("error") or {}).get("message") or rec.get("status")
                       or "no figures")

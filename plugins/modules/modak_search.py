@@ -32,6 +32,9 @@ description:
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial is not capped.
+  - A candidate whose share is less than stock's trial in the round took, and which has
+    nothing measured from an earlier round, is not tried (returned as C(skip)), since a job
+    measured that short is too short for trials to pay for themselves.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
@@ -46,14 +49,16 @@ options:
       - The trials of the round just run - each C(configuration) (as in the plan),
         C(measured) (modak_record's return value), C(status), C(error), C(not_applied)
         (modak_record's - a trial with a knob not applied measured another configuration
-        and counts as failed) and C(elapsed_s) (the job's).
+        and counts as failed) and C(elapsed_s) (the job's); C(status=skipped) for a trial
+        not run (C(skip)).
     type: list
     elements: dict
     default: []
   cap_for:
     description:
       - Only say the time cap of the round's trial of this configuration (returned as
-        C(cap)), given the round's trials run so far (O(done)); nothing is recorded.
+        C(cap)), or why it is not to run (C(skip)), given the round's trials run so far
+        (O(done)); nothing is recorded.
     type: dict
   done:
     description: With O(cap_for), the round's trials run so far (as in O(record)).
@@ -149,6 +154,14 @@ cap:
       budget is unbounded.
   returned: with cap_for
   type: float
+skip:
+  description:
+    - With O(cap_for) - why that trial is not to run (its share of the budget is less than
+      stock's trial took, and it has nothing measured to keep), empty where it runs. The
+      playbook then records it in O(record) with C(status=skipped) and this as
+      C(error.message).
+  returned: with cap_for
+  type: str
 chosen:
   description: The chosen configuration.
   returned: when done

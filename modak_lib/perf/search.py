@@ -34,7 +34,8 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   on a prediction keeps to the measured budget too.  A candidate stopped before it measured
   a step time fails its trial (it could not pay for itself within the budget), without
   being barred from later plans: a longer job affords it.  A candidate whose share is
-  less than stock's trial took, with nothing measured to keep, is not tried at all
+  less than stock's trial took to start and measure two steps, with nothing measured to
+  keep, is not tried at all
   (``skip``): a job measured that short is too short for trials to pay for themselves.  The cap is on the runtime's
   clock: the job's start-up before it (scheduler, container) comes on top;
 - **the final choice is never slower than the stock trial as measured** (amortised) in
@@ -220,9 +221,9 @@ class Halving:
     def skip(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[str]:
         """Why this round's trial of ``configuration`` is not run (None: it runs): once
         stock's trial in this round has measured the job, a share of the budget (:meth:`cap`)
-        smaller than that trial took (start-up, warm-up, steps: the least a trial costs)
-        cannot measure a candidate, where the candidate has nothing measured from an earlier
-        round to keep.  A job measured that short is too short for trials to pay for
+        smaller than that trial took to start, warm up and measure two steps (the least a
+        trial that measures anything costs) cannot measure a candidate, where the candidate
+        has nothing measured from an earlier round to keep.  A job measured that short is too short for trials to pay for
         themselves (a 600-step job of 27 s, its budget 2.7 s, ran three trials capped at
         1 s, none measured a step)."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
@@ -231,12 +232,15 @@ class Halving:
         if earlier is not None and earlier.s_per_step is not None:
             return None  # (capped, it keeps what it measured: see ``record``)
         share, budget, base = self._share(done)
-        if base is None or base.s_per_step is None or share >= base.wall_s:
+        if base is None or base.s_per_step is None:
+            return None
+        least = _estimate(base, 2)  # stock's start-up and warm-up, and two of its steps
+        if share >= least:
             return None
         return (f"not tried: the budget ({budget:.0f} s, the job as stock's trial measured "
-                f"it) leaves it {max(share, 0.0):.0f} s, less than stock's trial took "
-                f"({base.wall_s:.0f} s): the job is too short for trials to pay for "
-                f"themselves")
+                f"it) leaves it {max(share, 0.0):.1f} s, less than stock's trial took to "
+                f"start and measure two steps ({least:.1f} s): the job is too short for "
+                f"trials to pay for themselves")
 
     def _share(self, done: Sequence[Trial]) -> tuple[float, float, Optional[Trial]]:
         """(what the budget has left after the round's trials ``done``, shared equally among

@@ -35,9 +35,9 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   a step time fails its trial (it could not pay for itself within the budget), without
   being barred from later plans: a longer job affords it.  A candidate whose share is
   less than stock's trial took to start and measure two steps, with nothing measured to
-  keep, is not tried at all
-  (``skip``): a job measured that short is too short for trials to pay for themselves.  The cap is on the runtime's
-  clock: the job's start-up before it (scheduler, container) comes on top;
+  keep, is not tried at all (``skip``): a job measured that short is too short for trials
+  to pay for themselves.  The cap is on the runtime's clock: the job's start-up before it
+  (scheduler, container) comes on top;
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -223,9 +223,9 @@ class Halving:
         stock's trial in this round has measured the job, a share of the budget (:meth:`cap`)
         smaller than that trial took to start, warm up and measure two steps (the least a
         trial that measures anything costs) cannot measure a candidate, where the candidate
-        has nothing measured from an earlier round to keep.  A job measured that short is too short for trials to pay for
-        themselves (a 600-step job of 27 s, its budget 2.7 s, ran three trials capped at
-        1 s, none measured a step)."""
+        has nothing measured from an earlier round to keep.  A job measured that short is
+        too short for trials to pay for themselves (a 600-step job of 27 s, its budget
+        2.7 s, ran three trials capped at 1 s, none measured a step)."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
         earlier = self.last.get(configuration)

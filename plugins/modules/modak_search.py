@@ -32,10 +32,10 @@ description:
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial is not capped.
-  - A candidate whose share is less than stock's trial in the round took to start and
-    measure two steps, and which has nothing measured from an earlier round, is not tried
-    (returned as C(skip)), since a job measured that short is too short for trials to pay
-    for themselves.
+  - Where what the budget has left after stock's trial does not afford the round's
+    candidates still to run one second each (the shortest cap), the worst-ranked, with
+    nothing measured from an earlier round, are not tried (returned as C(skip)), since a
+    job measured that short is too short for trials to pay for themselves.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
@@ -157,8 +157,8 @@ cap:
   type: float
 skip:
   description:
-    - With O(cap_for) - why that trial is not to run (its share of the budget is less than
-      stock's trial took to start and measure two steps, and it has nothing measured to
+    - With O(cap_for) - why that trial is not to run (what the budget has left does not
+      afford it the shortest cap after the better-ranked, and it has nothing measured to
       keep), empty where it runs. The playbook then records it in O(record) with
       C(status=skipped) and this as C(error.message).
   returned: with cap_for

@@ -30,6 +30,7 @@ ARGS = dict(
     extra_arguments=dict(type="list", elements="str", default=[]),
     max_steps=dict(type="int", default=0),
     max_seconds=dict(type="float", default=0.0),
+    trial_round=dict(type="int", default=0),
     files=dict(type="list", elements="path", default=[]),
     files_dir=dict(type="path"),
 )
@@ -93,7 +94,7 @@ class ActionModule(ActionBase):
             "infra": file_digest(args["infra"]), "inputs": args["inputs"], "node": args["node"],
             "target": args["target"], "run_id": args["run_id"], "ca_certs": args["ca_certs"],
             "force": args["force"], "extra": args["extra_arguments"], "files": digest,
-            "max_steps": args["max_steps"],
+            "max_steps": args["max_steps"], "trial_round": args["trial_round"],
         })
         pins = Pins(os.path.join(args["out_dir"], "requests"))
         pinned = None if args["new_run"] else pins.get(key)
@@ -125,6 +126,10 @@ class ActionModule(ActionBase):
                 caps["MODAK_MAX_STEPS"] = str(args["max_steps"])
             if args["max_seconds"] > 0:
                 caps["MODAK_MAX_SECONDS"] = "%g" % args["max_seconds"]
+            # (the search's round: stock's second trial, at its first trial's steps, is a
+            # run of its own, not the first trial's found again)
+            if args["trial_round"] > 0:
+                caps["MODAK_SEARCH_ROUND"] = str(args["trial_round"])
             if caps:
                 request = request.model_copy(update={"environment": dict(
                     request.environment, **caps)})

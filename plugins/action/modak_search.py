@@ -78,7 +78,7 @@ class ActionModule(ActionBase):
                       spent_s=round(out.spent_s, 1), budget_s=round(out.budget_s, 1),
                       verdicts=out.verdicts)
         if step is None:
-            stock = halving.last.get(halving.stock)
+            stock = halving.stock_trial()
             chosen = halving.last.get(out.chosen)
             result.update(chosen=out.chosen.model_dump(mode="json"), msg=out.summary(),
                           report=self.report(out, how),
@@ -86,8 +86,10 @@ class ActionModule(ActionBase):
                                             "chosen": _s(chosen, halving, job_seconds)})
         else:
             result.update(trials=[c.model_dump(mode="json") for c in step[0]], steps=step[1],
-                          msg="round %d: %d trial(s) of %d steps" % (
-                              out.rounds + 1, len(step[0]), step[1]))
+                          msg="round %d: %d trial(s) of %d steps%s" % (
+                              out.rounds + 1, len(step[0]), step[1],
+                              " (stock's second trial, to confirm the choice)"
+                              if halving.confirming else ""))
         return result
 
     @staticmethod

@@ -88,6 +88,15 @@ options:
         The budgeted search sets it to the trial's share of its budget.
     type: float
     default: 0
+  trial_round:
+    description:
+      - A trial - the budgeted search's round it runs in, exported to the job as
+        C(MODAK_SEARCH_ROUND); V(0) - not a trial of the search.
+      - Part of the run's identity, as O(max_steps) is - a configuration tried again in a
+        later round at the same steps (stock's second trial, run to confirm a choice) is a
+        run of its own; a resumed search finds each round's trial again.
+    type: int
+    default: 0
   extra_arguments:
     description: Arguments appended to the application's (a script's own option for a short run).
     type: list

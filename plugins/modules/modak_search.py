@@ -23,6 +23,10 @@ description:
     round the two ran side by side, and faster by at least O(min_gain) in each of them
     and, on average over them, by more than O(scatter) over the square root of their number
     (else stock is kept).
+  - Where the choice would rest on one round beside a single stock trial, and the budget
+    has a stock trial left, one more round runs stock alone at its last trial's steps (its
+    second trial, to confirm); the choice must beat the faster of stock's trials, since a
+    single trial can run far slower than usual and make any candidate look faster.
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round is cut to the trials the budget
     affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
@@ -195,7 +199,9 @@ report:
   type: list
   elements: str
 job_s:
-  description: The job's time with stock and with the choice, as the trials measured them.
+  description:
+    - The job's time with stock and with the choice, as the trials measured them (stock's
+      the faster of its last trial and its second trial, where one ran to confirm).
   returned: when done
   type: dict
 """

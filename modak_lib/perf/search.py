@@ -457,9 +457,9 @@ class Halving:
         out.chosen = best
         return None
 
-    def _side_by_side(self, c: Configuration) -> list[tuple[int, float, float, str]]:
+    def _side_by_side(self, c: Configuration) -> list[tuple[int, float, float, int]]:
         """Each round ``c`` and stock both ran in: (round, c's job seconds, stock's, and
-        which stock trial that is: "" for the round's own).  Stock's figure is the faster
+        the round of the stock trial that is, 0 for the round's own).  Stock's figure is the faster
         of its own trial in that round and its trials in rounds ``c`` measured nothing in
         (its second trial, run to confirm: :meth:`_confirmation`; a round whose trial of
         ``c`` its time cap stopped): a slow stock trial must not make ``c`` look faster."""
@@ -470,10 +470,9 @@ class Halving:
             other = min(unpaired, key=lambda t: job_seconds(t, self.job_steps), default=None)
             if other is not None and job_seconds(other, self.job_steps) < own:
                 out.append((n, job_seconds(a, self.job_steps),
-                            job_seconds(other, self.job_steps), f", its trial in round "
-                            f"{other.round}, the faster"))
+                            job_seconds(other, self.job_steps), other.round))
             else:
-                out.append((n, job_seconds(a, self.job_steps), own, ""))
+                out.append((n, job_seconds(a, self.job_steps), own, 0))
         return out
 
     def _stock_trials(self, c: Configuration) -> tuple[list[tuple[int, Trial, Trial]],
@@ -497,8 +496,9 @@ class Halving:
     def _chosen(self, c: Configuration) -> str:
         """The chosen candidate's verdict: its gain over stock in each round."""
         pairs = self._side_by_side(c)
-        gains = ", ".join(f"{1.0 - mine / stock:.1%} in round {n}{' (against' + again + ')' if again else ''}"
-                          for n, mine, stock, again in pairs)
+        gains = ", ".join(f"{1.0 - mine / stock:.1%} in round {n}" + (
+            f" against stock's trial in round {other}, the faster" if other else "")
+            for n, mine, stock, other in pairs)
         return (f"chosen: faster than stock by {gains} (at least {100 * self.min_gain:g}% "
                 f"needed in each, and {self._needed(len(pairs)):.1%} over "
                 f"{len(pairs)} round(s) for what trials scatter by)")
@@ -511,7 +511,8 @@ class Halving:
         side by side and ``c`` would not have made the job ``min_gain`` faster, or an
         average gain over those rounds within their scatter (None: it is trusted)."""
         pairs = self._side_by_side(c)
-        for n, mine, stock, again in pairs:
+        for n, mine, stock, other in pairs:
+            again = f" in its trial in round {other}, the faster" if other else ""
             if mine >= stock:
                 return (f"not faster than stock in round {n} ({mine:.0f} s for the job "
                         f"against stock's {stock:.0f} s{again}): not consistently faster, "
@@ -524,8 +525,8 @@ class Halving:
         if pairs and self.scatter > 0:
             mean = sum(math.log(stock / mine) for _, mine, stock, _ in pairs) / len(pairs)
             gain, need = 1.0 - math.exp(-mean), self._needed(len(pairs))
-            against = "".join(f" (round {n} against stock's {stock:.0f} s{again})"
-                              for n, _, stock, again in pairs if again)
+            against = "".join(f" (round {n} against stock's {stock:.0f} s in its trial in "
+                              f"round {other})" for n, _, stock, other in pairs if other)
             if gain <= need:
                 return (f"{gain:.1%} faster than stock over {len(pairs)} round(s){against}, "
                         f"less than "

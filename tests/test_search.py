@@ -388,7 +388,8 @@ def test_the_confirmation_round_survives_the_deploys_calls():
     second trial is one more round, of stock alone, and its state round-trips."""
     h = Halving([TCMALLOC], STOCK, job_steps=1000, budget_s=600, max_rounds=1)
     pool, steps = h.next_round()
-    h.record([Trial(STOCK, steps, 0.05, 0.0, 3.5, 1.0), Trial(TCMALLOC, steps, 0.04, 0.0, 3.4, 1.0)])
+    h.record([Trial(STOCK, steps, 0.05, 0.0, 3.5, 1.0),
+              Trial(TCMALLOC, steps, 0.04, 0.0, 3.4, 1.0)])
     h = Halving.from_state(json.loads(json.dumps(h.state())))
     assert h.next_round() == ([STOCK], steps)
     h = Halving.from_state(json.loads(json.dumps(h.state())))

@@ -36,8 +36,8 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   being barred from later plans: a longer job affords it.  Where what is left does not
   afford the round's candidates the shortest cap (``MIN_CAP_S``) each, the worst-ranked
   with nothing measured to keep are not tried at all (``skip``): a job measured that short
-  is too short for trials to pay for themselves.  The cap is on the runtime's clock: the job's start-up before it
-  (scheduler, container) comes on top;
+  is too short for trials to pay for themselves.  The cap is on the runtime's clock: the
+  job's start-up before it (scheduler, container) comes on top;
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -229,10 +229,11 @@ class Halving:
         A single trial's slowdown is one-sided (another process, a cold cache), and the
         tail is long: in the shipped data the median configuration's ratio to stock
         scatters by 8.6% from one round to the next, but one round in ten puts it 35% or
-        more off its mean.  A stock trial that ran slow makes any candidate look faster: ResNet-50's
-        8-step stock trial measured 0.201 s a step, 1.57x its usual 0.128, and a compiled
-        bf16 that is 0.86x stock's speed for the job was chosen on it.  So the choice must
-        also beat stock's second trial (the faster of the two counts, :meth:`_stock_s`)."""
+        more off its mean.  A stock trial that ran slow makes any candidate look faster:
+        ResNet-50's 8-step stock trial measured 0.201 s a step, 1.57x its usual 0.128, and
+        a compiled bf16 that is 0.86x stock's speed for the job was chosen on it.  So the
+        choice must also beat stock's second trial (the faster of the two counts,
+        :meth:`_stock_s`)."""
         if self.finished and self.confirming:
             return [self.stock], self._confirm_steps()
         if not self.confirmed:
@@ -459,10 +460,11 @@ class Halving:
 
     def _side_by_side(self, c: Configuration) -> list[tuple[int, float, float, int]]:
         """Each round ``c`` and stock both ran in: (round, c's job seconds, stock's, and
-        the round of the stock trial that is, 0 for the round's own).  Stock's figure is the faster
-        of its own trial in that round and its trials in rounds ``c`` measured nothing in
-        (its second trial, run to confirm: :meth:`_confirmation`; a round whose trial of
-        ``c`` its time cap stopped): a slow stock trial must not make ``c`` look faster."""
+        the round of the stock trial that is, 0 for the round's own).  Stock's figure is
+        the faster of its own trial in that round and its trials in rounds ``c`` measured
+        nothing in (its second trial, run to confirm: :meth:`_confirmation`; a round whose
+        trial of ``c`` its time cap stopped): a slow stock trial must not make ``c`` look
+        faster."""
         paired, unpaired = self._stock_trials(c)
         out = []
         for n, a, b in paired:
@@ -529,10 +531,9 @@ class Halving:
                               f"round {other})" for n, _, stock, other in pairs if other)
             if gain <= need:
                 return (f"{gain:.1%} faster than stock over {len(pairs)} round(s){against}, "
-                        f"less than "
-                        f"the {need:.1%} a gain must show in as many rounds: a round's ratio "
-                        f"to stock scatters by {100 * self.scatter:.1f}%, so not shown to be "
-                        f"faster, stock kept")
+                        f"less than the {need:.1%} a gain must show in as many rounds: a "
+                        f"round's ratio to stock scatters by {100 * self.scatter:.1f}%, so not "
+                        f"shown to be faster, stock kept")
         return None
 
     def outcome(self) -> Outcome:

@@ -367,8 +367,8 @@ def test_a_choice_on_one_round_is_checked_against_a_second_stock_trial():
     out = search([BOTH, TCMALLOC, BF16], STOCK, run, job_steps=5000, budget_s=101,
                  first_steps=8, max_rounds=1)
     assert out.chosen == BOTH and len(out.trials) == 5
-    assert "against" in out.verdicts[BOTH.label()] or "23.2% in round 1" in \
-        out.verdicts[BOTH.label()]
+    assert "faster than stock by 22.6% in round 1 against stock's trial in round 2, the " \
+        "faster" in out.verdicts[BOTH.label()], out.verdicts[BOTH.label()]
     # where the budget has no stock trial left, the one round decides (as before)
     seen.clear()
     figures[STOCK] = [0.201, 0.128]

@@ -99,7 +99,9 @@ options:
     type: float
     default: 10.0
   max_rounds:
-    description: Rounds at most.
+    description:
+      - Rounds at most, besides stock's second trial (one more round, of stock alone, where
+        the choice rests on one round).
     type: int
     default: 3
   loss_tolerance:

@@ -233,17 +233,17 @@ class Halving:
         ResNet-50's 8-step stock trial measured 0.201 s a step, 1.57x its usual 0.128, and
         a compiled bf16 that is 0.86x stock's speed for the job was chosen on it.  So the
         choice must also beat stock's second trial (the faster of the two counts,
-        :meth:`_stock_s`)."""
-        if self.finished and self.confirming:
-            return [self.stock], self._confirm_steps()
+        :meth:`stock_trial`)."""
+        steps = self._confirm_steps()
+        if self.confirming:  # (asked again before it ran: the same round)
+            return [self.stock], steps
         if not self.confirmed:
-            base = self.last.get(self.stock)
             best, _ = self._choice()
             if (best != self.stock and sum(map(len, self._stock_trials(best))) < 2
-                    and self.out.spent_s + _estimate(base, self._confirm_steps())
+                    and self.out.spent_s + _estimate(self.last.get(self.stock), steps)
                     <= self.budget_s):
                 self.finished = self.confirming = self.confirmed = True
-                return [self.stock], self._confirm_steps()
+                return [self.stock], steps
         return self._finish()
 
     def _confirm_steps(self) -> int:
@@ -408,7 +408,7 @@ class Halving:
         if base is None or base.s_per_step is None:
             return self.stock, lost
         own = job_seconds(base, self.job_steps)  # (stock's trial in the last round)
-        best, best_s = self.stock, self._stock_s(own)
+        best, best_s = self.stock, job_seconds(self.stock_trial(), self.job_steps)
         for c in self.pool[1:]:
             t = self.last.get(c)
             if t is None or t.s_per_step is None or changes_result(t, base, self.tolerance):
@@ -429,13 +429,6 @@ class Halving:
             return base
         return min(base, self.confirm, key=lambda t: job_seconds(t, self.job_steps))
 
-    def _stock_s(self, secs: float) -> float:
-        """Stock's job time as a round's trial measured it, or as its second trial did
-        (:meth:`_confirmation`) where that was faster."""
-        if self.confirm is None:
-            return secs
-        return min(secs, job_seconds(self.confirm, self.job_steps))
-
     def _finish(self) -> None:
         """The final choice (:meth:`_choice`), with every candidate's verdict."""
         self.finished = True
@@ -449,7 +442,7 @@ class Halving:
         for c in self.pool[1:]:
             out.verdicts.setdefault(c.label(), self._chosen(c) if c == best else
                                     f"slower than {best.label()} for {_job(self.job_steps)}")
-        stock_s = self._stock_s(job_seconds(base, self.job_steps))
+        stock_s = job_seconds(self.stock_trial(), self.job_steps)
         again = ("" if self.confirm is None else
                  f"; its second trial, run to confirm: {self._seconds(self.confirm)}")
         out.verdicts[self.stock.label()] = (
@@ -466,15 +459,13 @@ class Halving:
         trial of ``c`` its time cap stopped): a slow stock trial must not make ``c`` look
         faster."""
         paired, unpaired = self._stock_trials(c)
+        other = min(unpaired, key=lambda t: job_seconds(t, self.job_steps), default=None)
+        other_s = math.inf if other is None else job_seconds(other, self.job_steps)
         out = []
         for n, a, b in paired:
             own = job_seconds(b, self.job_steps)
-            other = min(unpaired, key=lambda t: job_seconds(t, self.job_steps), default=None)
-            if other is not None and job_seconds(other, self.job_steps) < own:
-                out.append((n, job_seconds(a, self.job_steps),
-                            job_seconds(other, self.job_steps), other.round))
-            else:
-                out.append((n, job_seconds(a, self.job_steps), own, 0))
+            out.append((n, job_seconds(a, self.job_steps), *(
+                (other_s, other.round) if other_s < own else (own, 0))))
         return out
 
     def _stock_trials(self, c: Configuration) -> tuple[list[tuple[int, Trial, Trial]],

@@ -71,7 +71,8 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
     return Trial(c, int(m.get("steps") or steps), m.get("s_per_step"),
                  float(m.get("warmup_s") or 0.0), float(m.get("wall_s") or 0.0),
                  m.get("final_loss"), failed,
-                 capped=time_capped(failed, rec.get("error")))
+                 capped=time_capped(failed, rec.get("error")),
+                 startup_s=float(m.get("startup_s") or 0.0))
 
 
 def main() -> int:

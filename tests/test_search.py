@@ -208,6 +208,73 @@ def test_a_job_measured_too_short_for_trials_tries_no_candidate():
     assert out.verdicts[TCMALLOC.label()].startswith("not tried")
 
 
+def started(table, startup, record_startup=True, caps=None):
+    """run() over recorded figures (configuration -> (s/step, warm-up s, loss)) of a script
+    whose own start-up (imports, data, model) takes ``startup`` seconds on the runtime's
+    clock before its first step, in every configuration; the trial records it
+    (``startup_s``) unless ``record_startup`` is False (a record of an older runtime)."""
+    def run(config, steps, cap=None):
+        s, warm, loss = table[config]
+        if caps is not None:
+            caps.append((config, cap))
+        kept = startup if record_startup else 0.0
+        wall = startup + warm + s * steps
+        if cap is not None and wall > cap:
+            done = int((cap - startup - warm) // s)
+            if done < 2:
+                return Trial(config, max(done, 0), None, 0.0, cap, None,
+                             f"stopped at its time cap of {cap:g} s: nothing measured",
+                             capped=True, startup_s=kept)
+            return Trial(config, done, s, warm, cap, loss, startup_s=kept)
+        return Trial(config, steps, s, warm, wall, loss, startup_s=kept)
+    return run
+
+
+def test_a_share_shorter_than_the_scripts_start_up_is_not_given():
+    """The held-out benchmark's small CNN: a budget of 11.5 s, stock's 8-step trial 3.7 s,
+    of which 3.4 s is the script's own start-up.  Shared among three candidates, what is
+    left gave each 2.6 s, and none measured a step.  The shortest cap is what stock's
+    trial took to measure a step time (3.5 s here): two candidates get it, bf16 measures
+    and is chosen, and the third is not tried, saying why."""
+    table = {STOCK: (0.023, 0.1, 2.29), BF16: (0.0155, 0.1, 2.28),
+             BOTH: (0.020, 17.0, 2.28), TCMALLOC: (0.021, 0.1, 2.29)}
+    caps: list = []
+    out = search([BF16, BOTH, TCMALLOC], STOCK, started(table, 3.4, caps=caps),
+                 job_steps=5000, budget_s=11.5, first_steps=8)
+    assert [c for c, _ in caps] == [STOCK, BF16, BOTH]
+    assert [cap for c, cap in caps if c != STOCK] == [3.9, 4.2]
+    assert out.chosen == BF16 and out.verdicts[BF16.label()] == (
+        "chosen: faster than stock by 32.6% in round 1 (at least 3% needed in each, and 8.2% "
+        "over 1 round(s) for what trials scatter by)")
+    assert "time cap" in out.verdicts[BOTH.label()]
+    assert out.verdicts[TCMALLOC.label()] == (
+        "not tried: the budget (11.5 s, the job as stock's trial measured it) has 0.0 s left "
+        "after the trials before it (stock's 3.7 s), not the shortest cap (3.5 s: what "
+        "stock's trial took to measure a step time, its start-up 3.4 s) for it and the "
+        "better-ranked: the job is too short for trials to pay for themselves")
+    assert out.spent_s <= out.budget_s + 0.05  # (a cap is given to a tenth of a second)
+    # a trial that does not record its start-up (an older runtime's) keeps the 1 s floor:
+    # three shares of 2.6 s, none of which measures a step, and stock is kept
+    caps = []
+    old = search([BF16, BOTH, TCMALLOC], STOCK,
+                 started(table, 3.4, record_startup=False, caps=caps),
+                 job_steps=5000, budget_s=11.5, first_steps=8)
+    assert [cap for c, cap in caps if c != STOCK] == [2.6, 2.6, 2.6]
+    assert old.chosen == STOCK
+    assert all("time cap" in old.verdicts[c.label()] for c in (BF16, BOTH, TCMALLOC))
+    # the shortest cap survives the state a playbook keeps between a round's trials
+    h = Halving([BF16, BOTH, TCMALLOC], STOCK, job_steps=5000, budget_s=11.5,
+                first_steps=8)
+    pool, steps = h.next_round()
+    done = [started(table, 3.4)(STOCK, steps)]
+    h = Halving.from_state(json.loads(json.dumps(h.state())))
+    assert h.cap(BF16, done) == 3.9
+    assert [h.skip(c, done) is not None for c in pool] == [False, False, False, True]
+    done.append(started(table, 3.4)(BF16, steps, 3.9))
+    h = Halving.from_state(json.loads(json.dumps(h.state())))
+    assert h.cap(BOTH, done) == 4.2 and h.skip(BOTH, done) is None
+
+
 def test_the_first_round_is_cut_to_what_its_budget_affords():
     """Before any trial has measured a cost, the first round is estimated (a trial's
     overhead plus its steps at stock's predicted speed): it runs stock and the best-ranked

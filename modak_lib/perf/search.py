@@ -34,10 +34,14 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   on a prediction keeps to the measured budget too.  A candidate stopped before it measured
   a step time fails its trial (it could not pay for itself within the budget), without
   being barred from later plans: a longer job affords it.  Where what is left does not
-  afford the round's candidates the shortest cap (``MIN_CAP_S``) each, the worst-ranked
-  with nothing measured to keep are not tried at all (``skip``): a job measured that short
-  is too short for trials to pay for themselves.  The cap is on the runtime's clock: the
-  job's start-up before it (scheduler, container) comes on top;
+  afford the round's candidates the shortest cap each, the worst-ranked with nothing
+  measured to keep are not tried at all (``skip``): a job measured that short is too short
+  for trials to pay for themselves.  The shortest cap is what stock's trial in the round
+  took to measure a step time (:func:`shortest_cap`: the script's own start-up, its
+  warm-up and two steps), at least ``MIN_CAP_S``: a share shorter than that ends before
+  any configuration could measure one (a small CNN's start-up took 3.4 s here, and shares
+  of 2.6 s measured nothing).  The cap is on the runtime's clock: the job's start-up
+  before it (scheduler, container) comes on top;
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -75,6 +79,9 @@ from typing import Callable, Optional, Sequence
 from ..models import Configuration
 
 MIN_CAP_S = 1.0  # the shortest time cap: a candidate the budget cannot give it is not tried
+# the fewest steps the runtime measures a step time from (the second step's end less the
+# first's)
+MEASURED_STEPS = 2
 # how much faster than stock (a fraction of its job time) a candidate must be in every round
 # the two ran side by side to be chosen over it
 MIN_GAIN = 0.03
@@ -114,6 +121,21 @@ class Trial:
     # not run: its share of the budget could not measure it (``failed`` says why;
     # :meth:`Halving.skip`)
     skipped: bool = False
+    # the runtime's clock from its start to the training's (the script's own set-up:
+    # imports, data, model), 0 where not recorded
+    startup_s: float = 0.0
+
+
+def shortest_cap(stock: Optional[Trial]) -> float:
+    """The shortest time cap a candidate's trial is given: what ``stock``'s trial (in the
+    same round) took on the runtime's clock to measure a step time, its start-up, warm-up
+    and :data:`MEASURED_STEPS` steps; at least :data:`MIN_CAP_S` (also where stock's trial
+    has not measured, or did not record its start-up).  A configuration pays the script's
+    start-up as stock does, so a cap shorter than that measures nothing."""
+    if stock is None or stock.s_per_step is None or not stock.startup_s > 0:
+        return MIN_CAP_S
+    return max(MIN_CAP_S, stock.startup_s + stock.warmup_s
+               + MEASURED_STEPS * stock.s_per_step)
 
 
 def time_capped(failed: Optional[str], error: Optional[dict]) -> bool:
@@ -257,22 +279,26 @@ class Halving:
         ran) has left after them, shared equally among the round's candidates not yet run
         that it affords (:meth:`skip`), this one included (less stock's estimated trial
         while it has not run).  None for stock's trial and an unbounded budget; at least
-        MIN_CAP_S."""
+        :func:`shortest_cap`."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
         left, waiting, _, base = self._share(done)
-        return round(max(left / max(1, self._afforded(left, waiting, base)), MIN_CAP_S), 1)
+        return round(max(left / max(1, self._afforded(left, waiting, base)),
+                         shortest_cap(base)), 1)
 
     def skip(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[str]:
         """Why this round's trial of ``configuration`` is not run (None: it runs): once
         stock's trial in this round has measured the job, what the budget has left affords
-        the round's candidates still to run the shortest cap, ``MIN_CAP_S``, each, the
+        the round's candidates still to run the shortest cap (:func:`shortest_cap`: what
+        stock's trial took to measure a step time, at least ``MIN_CAP_S``) each, the
         best-ranked first; one it does not afford, with nothing measured from an earlier
         round to keep, is not tried.  A job measured that short is too short for trials to
         pay for themselves (a 600-step job of 27 s, its budget 2.7 s and stock's trial 5 s,
-        ran three trials capped at 1 s, none measured a step).  Shares of a second or more
-        are tried: a cap runs on the runtime's clock, without the process's start, and a
-        benchmark's MLP measured tcmalloc 1.21x faster in shares of 1.7 s."""
+        ran three trials capped at 1 s, none measured a step); and a share shorter than
+        the script's own start-up measures nothing (a small CNN's three candidates, capped
+        at 2.6 s each, ended before their first steps: its start-up took 3.4 s).  A cap
+        runs on the runtime's clock, without the process's start (a benchmark's MLP
+        measured tcmalloc 1.21x faster in shares of 1.7 s)."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
         earlier = self.last.get(configuration)
@@ -282,19 +308,23 @@ class Halving:
         if configuration not in waiting or \
                 waiting.index(configuration) < self._afforded(left, waiting, base):
             return None
+        shortest = shortest_cap(base)
+        why = (f"{MIN_CAP_S:g} s" if shortest <= MIN_CAP_S else
+               f"{shortest:.1f} s: what stock's trial took to measure a step time, its "
+               f"start-up {base.startup_s:.1f} s")
         return (f"not tried: the budget ({budget:.1f} s, the job as stock's trial measured "
                 f"it) has {max(left, 0.0):.1f} s left after the trials before it (stock's "
-                f"{base.wall_s:.1f} s), not the shortest cap ({MIN_CAP_S:g} s) for it and the "
+                f"{base.wall_s:.1f} s), not the shortest cap ({why}) for it and the "
                 f"better-ranked: the job is too short for trials to pay for themselves")
 
     @staticmethod
     def _afforded(left: float, waiting: list, base: Optional[Trial]) -> int:
         """How many of the round's candidates still to run (best-ranked first) get a trial:
         all while stock's trial has not measured the job, then as many as ``left`` affords
-        the shortest cap each."""
+        the shortest cap (:func:`shortest_cap`) each."""
         if base is None or base.s_per_step is None:
             return len(waiting)
-        return min(len(waiting), max(0, int(left // MIN_CAP_S)))
+        return min(len(waiting), max(0, int(left // shortest_cap(base))))
 
     def _share(self, done: Sequence[Trial]) -> tuple[float, list, float, Optional[Trial]]:
         """(what the budget has left after the round's trials ``done``; the round's

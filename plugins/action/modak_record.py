@@ -104,6 +104,7 @@ class ActionModule(ActionBase):
                       measured={"steps_per_s": m.get("steps_per_s"), "s_per_step": s_per_step,
                                 "samples_per_s": m.get("samples_per_s"),
                                 "warmup_s": m.get("warmup_s"), "steps": m.get("steps"),
-                                "final_loss": m.get("final_loss")} if s_per_step else None,
+                                "final_loss": m.get("final_loss"),
+                                "startup_s": m.get("startup_s")} if s_per_step else None,
                       predicted_s_per_step=pred.get("seconds"))
         return result

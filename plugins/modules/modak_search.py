@@ -37,9 +37,12 @@ description:
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial is not capped.
   - Where what the budget has left after stock's trial does not afford the round's
-    candidates still to run one second each (the shortest cap), the worst-ranked, with
-    nothing measured from an earlier round, are not tried (returned as C(skip)), since a
-    job measured that short is too short for trials to pay for themselves.
+    candidates still to run the shortest cap each, the worst-ranked, with nothing
+    measured from an earlier round, are not tried (returned as C(skip)), since a job
+    measured that short is too short for trials to pay for themselves. The shortest cap
+    is what stock's trial in the round took on the runtime's clock to measure a step time
+    (the script's start-up, its warm-up and two steps; at least one second): a shorter
+    share ends before any configuration measures one.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.

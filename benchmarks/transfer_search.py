@@ -42,7 +42,8 @@ import transfer_campaign as tc  # noqa: E402
 
 from modak_lib.models import Allocator, Configuration, Precision  # noqa: E402
 from modak_lib.perf.fit import QUICK_ESTIMATORS, fit, model_predictor  # noqa: E402
-from modak_lib.perf.search import Trial, job_seconds, search, time_capped  # noqa: E402
+from modak_lib.perf.search import (Trial, first_round, job_seconds, search,  # noqa: E402
+                                   time_capped)
 from modak_lib.report import table_lines  # noqa: E402
 from modak_lib.results import load_frame  # noqa: E402
 
@@ -118,7 +119,7 @@ def main() -> int:
         print(f"== {family}: the {model.name} model (held-out families' MAPE "
               f"{model.card.held_out_mape.get(model.name, float('nan')):.0%}) ranks "
               f"{[label_of(c, cores) for c in ranked[:3]]}, budget {budget:.0f} s", flush=True)
-        out = search(ranked[:3], stock, lambda c, n, cap: trial(family, a.target, c, n, cores, cap),
+        out = search(first_round([(c, False) for c in ranked], 3), stock, lambda c, n, cap: trial(family, a.target, c, n, cores, cap),
                      job_steps=a.job_steps, budget_s=budget, first_steps=8,
                      budget_fraction=a.budget, trial_overhead_s=a.trial_overhead,
                      s_per_step=per_step)

@@ -23,7 +23,8 @@ from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_a
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
                      Launcher, Precision, Prediction, Runtime, compiler_id)
-from .perf.search import MIN_GAIN, clears_margin, job_time, scatter_gain, wall_steps
+from .perf.search import (MIN_GAIN, clears_margin, first_round, job_time, scatter_gain,
+                          wall_steps)
 from .schedulers import SCHEDULERS, Resources
 from .workload import wrappable
 
@@ -452,7 +453,8 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     elif decided_by == "prior" and len(ranked) > 1:
         unsettled = "the model cannot speak for this workload on this target"
     if (unsettled or request.optimisation.enable_autotuning) and len(ranked) > 1:
-        autotune = _with_stock(tuple(c for c, _ in to_try[:AUTOTUNE_K]), stock)
+        autotune = _with_stock(tuple(first_round(
+            [(c, p is not None and p.measured) for c, p in to_try], AUTOTUNE_K)), stock)
     search = bool(unsettled) and request.optimisation.enable_autotuning and force is None
     if unsettled and search:
         notes.append(f"{unsettled}: the deploy first runs short trials of "

@@ -688,6 +688,48 @@ def test_the_plan_keeps_stock_against_a_gain_within_the_margin():
     assert "no run of its bf16 beside stock's" in bf16.reason
 
 
+def test_the_first_round_tries_compilers_last_and_not_only_compilers():
+    """Of the best-ranked, at most two compiled candidates never measured here (they share
+    one unknown: the compilation's time), and they run after the others in the round."""
+    from modak_lib.perf.search import first_round
+    maxa = Configuration(image=IMAGE, threads=2, compiler="torch.compile:max-autotune")
+    ranked = [(COMPILE, False), (BOTH, False), (maxa, False), (BF16, False), (TCMALLOC, False)]
+    assert first_round(ranked, 3) == [BF16, COMPILE, BOTH]
+    assert first_round(ranked, 4) == [BF16, TCMALLOC, COMPILE, BOTH]
+    # a compiled candidate measured here is ranked as any other: its compilation is known
+    assert first_round([(COMPILE, True)] + ranked[1:], 3) == [COMPILE, BOTH, maxa]
+    assert first_round([(BF16, False), (TCMALLOC, False), (STOCK, False)], 3) == \
+        [BF16, TCMALLOC, STOCK]
+    # in the search: a 20 s compilation, first in its round, gets an equal share of the
+    # 36 s left after stock's trial (12 s) and is stopped while compiling; last, it gets
+    # what the eager trials left, and measures
+    table = {STOCK: (0.050, 0.1, 2.10), COMPILE: (0.030, 20.0, 2.10),
+             BF16: (0.048, 0.1, 2.10), TCMALLOC: (0.049, 0.1, 2.10)}
+    ranking = [(COMPILE, False), (BF16, False), (TCMALLOC, False)]
+    kw = dict(job_steps=20000, budget_s=40.0, first_steps=8, max_rounds=1)
+    first = search([c for c, _ in ranking], STOCK, started(table, 3.0), **kw)
+    assert "time cap of 12" in first.verdicts[COMPILE.label()] and first.chosen == STOCK
+    last = search(first_round(ranking, 3), STOCK, started(table, 3.0), **kw)
+    # (and stock's second trial, to confirm a choice made on one round)
+    assert [t.configuration for t in last.trials] == [STOCK, BF16, TCMALLOC, COMPILE, STOCK]
+    assert last.chosen == COMPILE and last.spent_s <= last.budget_s
+    # the planner's trials: the model's top three are compiled, never measured; the round
+    # tries the best two of them and the best eager candidate, that one first
+    from modak_lib.planner import decide
+    table = {(None, "fp32", "glibc", 2): (0.050, 0.0, None),
+             ("torch.compile:default", "fp32", "glibc", 2): (0.030, 5.0, None),
+             ("torch.compile:default", "bf16", "glibc", 2): (0.031, 5.0, None),
+             ("torch.compile:default", "fp32", "tcmalloc", 2): (0.032, 5.0, None),
+             (None, "fp32", "tcmalloc", 2): (0.045, 0.0, None)}
+    request = lm_request(steps=100000)
+    request = request.model_copy(update={"optimisation": request.optimisation.model_copy(
+        update={"enable_autotuning": True, "allocators": ("glibc", "tcmalloc")})})
+    d = decide(request, Measured(table, measured=False))
+    assert [(c.compiler, c.precision.value, c.allocator.value) for c in d.autotune] == [
+        (None, "fp32", "tcmalloc"), ("torch.compile:default", "fp32", "glibc"),
+        ("torch.compile:default", "bf16", "glibc"), (None, "fp32", "glibc")]
+
+
 def test_trials_always_include_stock():
     from modak_lib.planner import decide
     d = decide(lm_request().model_copy(update={"optimisation": lm_request().optimisation

@@ -91,6 +91,40 @@ MIN_GAIN = 0.03
 TRIAL_SCATTER = 0.086
 
 
+# of a first round's candidates, at most this many compiled ones never measured here: they
+# share one unknown, the compilation's time, and a budget that cannot pay it caps them all
+MAX_UNMEASURED_COMPILED = 2
+
+
+def first_round(ranked: Sequence[tuple[Configuration, bool]], k: int) -> list[Configuration]:
+    """The ``k`` candidates a search tries, in the order its rounds run them, from the
+    model's ranking (best first, each with whether it was measured here): the best-ranked,
+    but at most :data:`MAX_UNMEASURED_COMPILED` compiled ones never measured here (the
+    next best of the others take the rest of the places); and those compiled ones run
+    after the others.
+
+    A trial is capped at its share of what the budget has left when it starts, so a
+    compilation that runs after the eager candidates (whose trials take their steps and
+    end well within their shares) gets what they left, not an equal share: a compiled
+    candidate first in its round was stopped while compiling where it would have had twice
+    the time last.  And a first round of three compiled candidates, each stopped while
+    compiling (a transformer regressor's, in shares of 7-15 s), measured nothing but
+    stock.  The best-ranked that the budget cannot give the shortest cap are not tried
+    (:meth:`Halving.skip`), so where the budget is that short, an unmeasured compilation
+    (which could not pay for itself in it) is the first to go."""
+    picked: list[tuple[Configuration, bool]] = []
+    unmeasured = 0
+    for config, measured in ranked:
+        if len(picked) >= k:
+            break
+        late = bool(config.compiler) and not measured
+        if late and unmeasured >= MAX_UNMEASURED_COMPILED:
+            continue
+        unmeasured += late
+        picked.append((config, late))
+    return [c for c, late in picked if not late] + [c for c, late in picked if late]
+
+
 def scatter_gain(rounds: int, scatter: float = TRIAL_SCATTER) -> float:
     """The gain over stock, as a fraction of its time, that ``rounds`` paired rounds must
     show on average (geometric) to be more than the trials' ``scatter``: one standard

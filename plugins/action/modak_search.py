@@ -103,14 +103,16 @@ class ActionModule(ActionBase):
 
     @staticmethod
     def _start(plan, args, Configuration):
-        """A new search: the plan's proposed trials (else its top candidates) and stock; the
-        job's steps and the budget from what the plan knows."""
-        from modak_lib.perf.search import Halving
+        """A new search: the plan's proposed trials (else its top candidates, as
+        ``search.first_round`` takes them) and stock; the job's steps and the budget from
+        what the plan knows."""
+        from modak_lib.perf.search import Halving, first_round
         from modak_lib.planner import stock_configuration
 
         ranked = [Configuration(**c["configuration"]) for c in plan["candidates"]]
-        trials = [Configuration(**c) for c in plan.get("autotune") or []] or \
-            ranked[:args["candidates"]]
+        trials = [Configuration(**c) for c in plan.get("autotune") or []] or first_round(
+            [(c, bool((p.get("prediction") or {}).get("measured")))
+             for c, p in zip(ranked, plan["candidates"])], args["candidates"])
         scores = dict((c["configuration"]["image"], c["score"]) for c in plan["candidates"])
         stock = stock_configuration(ranked, scores, max(c.threads for c in ranked))
         if stock is None:

@@ -74,7 +74,10 @@ options:
     elements: dict
     default: []
   candidates:
-    description: How many of the plan's top candidates to try when it proposes none.
+    description:
+      - How many of the plan's top candidates to try when it proposes none (as the planner
+        proposes them, at most two of them compiled ones never measured here, and those
+        run after the others in each round).
     type: int
     default: 3
   budget_fraction:

@@ -320,8 +320,9 @@ def _least_mape(values):
 @dataclass(frozen=True)
 class _Candidate:
     """A measured configuration as the search sees it (its label, as the evaluation
-    prints it)."""
+    prints it, and its compiler: None when off)."""
     name: str
+    compiler: Any = None
 
     def label(self) -> str:
         return self.name
@@ -343,17 +344,20 @@ def trial_runs(df) -> dict[str, list[tuple[float, Any]]]:
 
 def searched(g, how: str, runs: dict):
     """The configuration the budgeted search (:class:`.search.Halving`) settles on when the
-    held-out model proposes its top ``planner.AUTOTUNE_K`` and stock is added: every trial
+    held-out model proposes its top ``planner.AUTOTUNE_K`` (as the planner takes them,
+    :func:`.search.first_round`: nothing of the held-out family was measured) and stock is
+    added: every trial
     is one recorded run of the configuration (round n of the search, its n-th run, as
     measured, loss included), so the search decides on single noisy runs while the regret
     is judged on the medians.  Compile time is left out (amortised over a long job), as
     the regret leaves it out."""
     from ..planner import AUTOTUNE_K, LOSS_TOLERANCE
-    from .search import Halving, Trial
+    from .search import Halving, Trial, first_round
 
     rows = {label(r): r for _, r in g.iterrows()}
     stock = _Candidate(label(g[g["stock"]].iloc[0]))
-    top = [_Candidate(label(r)) for _, r in g.sort_values(how).head(AUTOTUNE_K).iterrows()]
+    top = first_round([(_Candidate(label(r), None if r["compiler"] == "off" else r["compiler"]),
+                        False) for _, r in g.sort_values(how).iterrows()], AUTOTUNE_K)
     h = Halving(top, stock, job_steps=1, budget_s=float("inf"),
                 loss_tolerance=LOSS_TOLERANCE)
     while (step := h.next_round()) is not None:

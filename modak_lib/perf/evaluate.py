@@ -346,10 +346,9 @@ def searched(g, how: str, runs: dict):
     """The configuration the budgeted search (:class:`.search.Halving`) settles on when the
     held-out model proposes its top ``planner.AUTOTUNE_K`` (as the planner takes them,
     :func:`.search.first_round`: nothing of the held-out family was measured) and stock is
-    added: every trial
-    is one recorded run of the configuration (round n of the search, its n-th run, as
-    measured, loss included), so the search decides on single noisy runs while the regret
-    is judged on the medians.  Compile time is left out (amortised over a long job), as
+    added: every trial is one recorded run of the configuration (round n of the search,
+    its n-th run, as measured, loss included), so the search decides on single noisy runs
+    while the regret is judged on the medians.  Compile time is left out (amortised over a long job), as
     the regret leaves it out."""
     from ..planner import AUTOTUNE_K, LOSS_TOLERANCE
     from .search import Halving, Trial, first_round

@@ -5,7 +5,9 @@ every candidate runs a short trial; the better half (by the time the job would t
 it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
 
 - **stock is always a candidate** and is never dropped, so that every choice is measured
-  against it in the same rounds;
+  against it in the same rounds; the others are the model's best-ranked, at most two of
+  them compiled ones never measured here, which run last in their round
+  (:func:`first_round`);
 - **a candidate that changes the result is rejected**: its loss after the trial is worse
   than stock's after the same steps by more than ``loss_tolerance`` (relative).  bf16
   autocast applied eagerly to a transformer script trained to a far worse loss here, while
@@ -105,11 +107,10 @@ def first_round(ranked: Sequence[tuple[Configuration, bool]], k: int) -> list[Co
 
     A trial is capped at its share of what the budget has left when it starts, so a
     compilation that runs after the eager candidates (whose trials take their steps and
-    end well within their shares) gets what they left, not an equal share: a compiled
-    candidate first in its round was stopped while compiling where it would have had twice
-    the time last.  And a first round of three compiled candidates, each stopped while
-    compiling (a transformer regressor's, in shares of 7-15 s), measured nothing but
-    stock.  The best-ranked that the budget cannot give the shortest cap are not tried
+    end well within their shares) gets what they left, not an equal share (with two eager
+    candidates and 36 s left after stock's trial: 12 s first, about 29 s last).  And a
+    first round of three compiled candidates, each stopped while compiling (a transformer
+    regressor's, in shares of 7-15 s), measured nothing but stock.  The best-ranked that the budget cannot give the shortest cap are not tried
     (:meth:`Halving.skip`), so where the budget is that short, an unmeasured compilation
     (which could not pay for itself in it) is the first to go."""
     picked: list[tuple[Configuration, bool]] = []

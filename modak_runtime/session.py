@@ -18,6 +18,13 @@ RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "
 ALLOCATOR_LIBS = {"tcmalloc": "libtcmalloc", "jemalloc": "libjemalloc"}
 
 
+# how often the time cap's alarm is raised again once the cap has passed, until the run stops
+ALARM_REPEAT_S = 0.25
+# the steps a compiled run needs for a step time: the first runs eagerly (the fingerprint's),
+# the second compiles, the third is the first that runs compiled
+COMPILED_STEPS = 3
+
+
 class StopTrial(BaseException):
     """Raised from a step hook when the trial cap is reached, or from the time cap's alarm
     (not an Exception: scripts' ``except Exception`` blocks must not swallow it)."""
@@ -136,6 +143,7 @@ class Session:
         # a trial's time cap, from the runtime's start (a search's share of its budget)
         self.max_seconds = _seconds_env("MODAK_MAX_SECONDS")
         self.stopped_by: Optional[str] = None  # "steps" or "time": which cap ended the run
+        self.armed = False  # the time cap's alarm is set (arm_time_cap)
         self.warmup = _int_env("MODAK_WARMUP_STEPS")
         self.framework = "unknown"
         self.framework_version: Optional[str] = None
@@ -177,22 +185,30 @@ class Session:
     def arm_time_cap(self) -> None:
         """Stop the run at ``MODAK_MAX_SECONDS`` even inside a step (a compilation can
         take minutes before the first compiled step ends): a SIGALRM raises StopTrial
-        wherever the main thread is.  A script that sets its own SIGALRM handler keeps it;
-        the cap is then checked at the end of each step only."""
+        wherever the main thread is, and again every :data:`ALARM_REPEAT_S` until the run
+        has stopped: Python ignores (prints) an exception raised where it cannot propagate,
+        in a weakref callback or a ``__del__``, and an Inductor compilation of a GRU cell,
+        its alarm raised inside Dynamo's weakref callback, ran 67 s past a 9.7 s cap.  A
+        script that sets its own SIGALRM handler keeps it; the cap is then checked at the
+        end of each step only."""
         if self.max_seconds is None or not hasattr(signal, "setitimer") or \
                 signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL:
             return
         session = self
+        self.armed = True
 
         def on_alarm(signum, frame):
+            if not session.armed:  # (one delivered as the run was ending)
+                return
             session.stopped_by = "time"
             raise StopTrial()
 
         signal.signal(signal.SIGALRM, on_alarm)
         left = self.max_seconds - (time.perf_counter() - self.t_start)
-        signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+        signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), ALARM_REPEAT_S)
 
     def disarm_time_cap(self) -> None:
+        self.armed = False
         if self.max_seconds is not None and hasattr(signal, "setitimer"):
             signal.setitimer(signal.ITIMER_REAL, 0)
 
@@ -207,7 +223,7 @@ class Session:
         where = ("before its first step ended" if not steps else
                  f"after {steps} step{'s' if steps > 1 else ''}, before a steady step time")
         still = (f", in the warm-up where {self.config.compiler} compiles"
-                 if self.config.compiler != "off" and steps < 3 else "")
+                 if self.config.compiler != "off" and steps < COMPILED_STEPS else "")
         return {"type": "TimeCap", "knob": None,
                 "message": f"stopped at its time cap of {self.max_seconds:g} s "
                            f"(MODAK_MAX_SECONDS) {where}{still}: nothing measured"}
@@ -238,7 +254,10 @@ class Session:
                     final_loss=self.last_loss, losses=self.losses, accuracy=self.accuracy)
         if self.t_train is not None:
             m.startup_s = self.t_train - self.t_start
-        if len(ends) < 2:
+        if len(ends) < 2 or (self.stopped_by == "time" and self.config.compiler != "off"
+                             and len(ends) < COMPILED_STEPS):
+            # (a compiled run its time cap stopped by the end of the step that compiled:
+            # its one interval is the compilation, no step time)
             return m
         warm = self.warmup
         if warm is None:  # compilers need more than one step to settle

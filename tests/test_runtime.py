@@ -503,6 +503,58 @@ def test_the_time_cap_stops_a_trial_even_inside_a_step(tmp_path):
     assert rc != 0 and "MODAK_MAX_SECONDS='soon' is not a number of seconds" in err
 
 
+# a script whose first stall runs in a weakref callback, where Python prints an exception
+# and goes on (an Inductor compilation's alarm landed in Dynamo's weakref callback, and the
+# run went 67 s past its 9.7 s cap); then it stalls in plain code
+SWALLOWING = """
+import time, weakref
+class Thing:
+    pass
+def slow(ref):
+    time.sleep(15)
+thing = Thing()
+ref = weakref.ref(thing, slow)
+del thing  # slow() runs here, past the cap
+time.sleep(120)
+print("not reached")
+"""
+
+
+def test_the_time_cap_holds_when_its_first_stop_is_swallowed(tmp_path):
+    """The time cap's alarm is raised again until the run stops: the first StopTrial,
+    raised inside a weakref callback, is ignored by Python, the next one ends the run."""
+    script = tmp_path / "swallow.py"
+    script.write_text(SWALLOWING)
+    started = __import__("time").monotonic()
+    rc, out, rec, err = run(script, env={"MODAK_MAX_SECONDS": "5"})
+    took = __import__("time").monotonic() - started
+    assert rc == 0, err
+    assert "StopTrial" in err  # (Python's "Exception ignored in" the callback)
+    assert took < 60 and "not reached" not in out  # not the 120 s sleep after it
+    assert rec["status"] == "capped" and rec["error"]["type"] == "TimeCap"
+    assert rec["effect"]["stopped_by"] == "MODAK_MAX_SECONDS"
+
+
+def test_a_compiled_run_capped_by_its_compiling_step_has_no_step_time():
+    """A compiled run whose time cap stopped it at the end of its second step (the one
+    that compiled) has one interval, the compilation: no step time, and the record says
+    it was stopped in the warm-up; a third step gives one, as an eager run's second does."""
+    from modak_runtime.record import Config
+    from modak_runtime.session import Session
+    for compiler, steps, measured in (("torch.compile:default", [1.0, 64.0], False),
+                                      ("torch.compile:default", [1.0, 64.0, 64.05], True),
+                                      ("off", [1.0, 1.05], True)):
+        s = Session(Config(compiler=compiler), "x.py")
+        s.t_train, s.step_ends, s.stopped_by, s.max_seconds = 0.5, steps, "time", 9.7
+        m = s.metrics()
+        assert (m.s_per_step is not None) == measured, (compiler, steps)
+        if not measured:
+            assert "before a steady step time, in the warm-up where torch.compile:default " \
+                "compiles" in s.time_cap_error()["message"]
+        else:
+            assert m.s_per_step == pytest.approx(0.05) and s.time_cap_error() is None
+
+
 def test_a_script_that_exits_non_zero_keeps_its_status():
     rc, _, rec, _ = run(SCRIPTS / "mlp.py", "not-a-number")
     assert rc == 1 and rec["status"] == "failed" and rec["error"]["knob"] is None

@@ -119,7 +119,7 @@ def main() -> int:
         print(f"== {family}: the {model.name} model (held-out families' MAPE "
               f"{model.card.held_out_mape.get(model.name, float('nan')):.0%}) ranks "
               f"{[label_of(c, cores) for c in ranked[:3]]}, budget {budget:.0f} s", flush=True)
-        out = search(first_round([(c, False) for c in ranked], 3), stock,
+        out = search(first_round([(c, False) for c in ranked], 3, stock), stock,
                      lambda c, n, cap: trial(family, a.target, c, n, cores, cap),
                      job_steps=a.job_steps, budget_s=budget, first_steps=8,
                      budget_fraction=a.budget, trial_overhead_s=a.trial_overhead,

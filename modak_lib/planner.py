@@ -454,7 +454,7 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
         unsettled = "the model cannot speak for this workload on this target"
     if (unsettled or request.optimisation.enable_autotuning) and len(ranked) > 1:
         autotune = _with_stock(tuple(first_round(
-            [(c, p is not None and p.measured) for c, p in to_try], AUTOTUNE_K)), stock)
+            [(c, p is not None and p.measured) for c, p in to_try], AUTOTUNE_K, stock)), stock)
     search = bool(unsettled) and request.optimisation.enable_autotuning and force is None
     if unsettled and search:
         notes.append(f"{unsettled}: the deploy first runs short trials of "

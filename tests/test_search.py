@@ -700,6 +700,9 @@ def test_the_first_round_tries_compilers_last_and_not_only_compilers():
     assert first_round([(COMPILE, True)] + ranked[1:], 3) == [COMPILE, BOTH, maxa]
     assert first_round([(BF16, False), (TCMALLOC, False), (STOCK, False)], 3) == \
         [BF16, TCMALLOC, STOCK]
+    # stock, which every search runs, takes none of the places
+    assert first_round([(COMPILE, False), (BOTH, False), (maxa, False), (STOCK, False),
+                        (TCMALLOC, False), (ONE, False)], 3, STOCK) == [TCMALLOC, COMPILE, BOTH]
     # in the search: a 20 s compilation, first in its round, gets an equal share of the
     # 36 s left after stock's trial (12 s) and is stopped while compiling; last, it gets
     # what the eager trials left, and measures
@@ -731,11 +734,18 @@ def test_the_first_round_tries_compilers_last_and_not_only_compilers():
 
 
 def test_trials_always_include_stock():
+    """Decided by the prior (no model), the compiler asked for ranks first and stock right
+    after the compiled candidates: the trials are three candidates besides stock, two of
+    them compiled, the other first."""
     from modak_lib.planner import decide
     d = decide(lm_request().model_copy(update={"optimisation": lm_request().optimisation
                                                .model_copy(update={"enable_autotuning": True})}))
-    assert any(c.compiler is None and c.precision.value == "fp32" and
-               c.allocator.value == "glibc" and c.threads == 2 for c in d.autotune)
+    assert d.decided_by == "prior"
+    stock = [c for c in d.autotune if c.compiler is None and c.precision.value == "fp32" and
+             c.allocator.value == "glibc" and c.threads == 2]
+    others = [c for c in d.autotune if c not in stock]
+    assert len(stock) == 1 and len(others) == 3, d.autotune
+    assert [c.compiler is not None for c in others] == [False, True, True], others
 
 
 def test_the_search_driven_round_by_round_through_its_state_matches_the_loop():

@@ -348,15 +348,15 @@ def searched(g, how: str, runs: dict):
     :func:`.search.first_round`: nothing of the held-out family was measured) and stock is
     added: every trial is one recorded run of the configuration (round n of the search,
     its n-th run, as measured, loss included), so the search decides on single noisy runs
-    while the regret is judged on the medians.  Compile time is left out (amortised over a long job), as
-    the regret leaves it out."""
+    while the regret is judged on the medians.  Compile time is left out (amortised over a
+    long job), as the regret leaves it out."""
     from ..planner import AUTOTUNE_K, LOSS_TOLERANCE
     from .search import Halving, Trial, first_round
 
     rows = {label(r): r for _, r in g.iterrows()}
     stock = _Candidate(label(g[g["stock"]].iloc[0]))
     top = first_round([(_Candidate(label(r), None if r["compiler"] == "off" else r["compiler"]),
-                        False) for _, r in g.sort_values(how).iterrows()], AUTOTUNE_K)
+                        False) for _, r in g.sort_values(how).iterrows()], AUTOTUNE_K, stock)
     h = Halving(top, stock, job_steps=1, budget_s=float("inf"),
                 loss_tolerance=LOSS_TOLERANCE)
     while (step := h.next_round()) is not None:

@@ -98,26 +98,33 @@ TRIAL_SCATTER = 0.086
 MAX_UNMEASURED_COMPILED = 2
 
 
-def first_round(ranked: Sequence[tuple[Configuration, bool]], k: int) -> list[Configuration]:
-    """The ``k`` candidates a search tries, in the order its rounds run them, from the
+def first_round(ranked: Sequence[tuple[Configuration, bool]], k: int,
+                stock: Optional[Configuration] = None) -> list[Configuration]:
+    """The ``k`` candidates a search tries besides ``stock`` (which every search runs, and
+    which takes none of the ``k`` places), in the order its rounds run them, from the
     model's ranking (best first, each with whether it was measured here): the best-ranked,
     but at most :data:`MAX_UNMEASURED_COMPILED` compiled ones never measured here (the
     next best of the others take the rest of the places); and those compiled ones run
-    after the others.
+    after the others.  A plan the prior decides (the compiler asked for first) ranked
+    stock right after its compiled candidates: counted among the ``k``, it left a
+    transformer regressor's round two compiled candidates, both stopped while compiling.
 
     A trial is capped at its share of what the budget has left when it starts, so a
     compilation that runs after the eager candidates (whose trials take their steps and
     end well within their shares) gets what they left, not an equal share (with two eager
     candidates and 36 s left after stock's trial: 12 s first, about 29 s last).  And a
     first round of three compiled candidates, each stopped while compiling (a transformer
-    regressor's, in shares of 7-15 s), measured nothing but stock.  The best-ranked that the budget cannot give the shortest cap are not tried
-    (:meth:`Halving.skip`), so where the budget is that short, an unmeasured compilation
-    (which could not pay for itself in it) is the first to go."""
+    regressor's, in shares of 7-15 s), measured nothing but stock.  The best-ranked that
+    the budget cannot give the shortest cap are not tried (:meth:`Halving.skip`), so
+    where the budget is that short, an unmeasured compilation (which could not pay for
+    itself in it) is the first to go."""
     picked: list[tuple[Configuration, bool]] = []
     unmeasured = 0
     for config, measured in ranked:
         if len(picked) >= k:
             break
+        if config == stock:
+            continue
         late = bool(config.compiler) and not measured
         if late and unmeasured >= MAX_UNMEASURED_COMPILED:
             continue

@@ -110,11 +110,11 @@ class ActionModule(ActionBase):
         from modak_lib.planner import stock_configuration
 
         ranked = [Configuration(**c["configuration"]) for c in plan["candidates"]]
-        trials = [Configuration(**c) for c in plan.get("autotune") or []] or first_round(
-            [(c, bool((p.get("prediction") or {}).get("measured")))
-             for c, p in zip(ranked, plan["candidates"])], args["candidates"])
         scores = dict((c["configuration"]["image"], c["score"]) for c in plan["candidates"])
         stock = stock_configuration(ranked, scores, max(c.threads for c in ranked))
+        trials = [Configuration(**c) for c in plan.get("autotune") or []] or first_round(
+            [(c, bool((p.get("prediction") or {}).get("measured")))
+             for c, p in zip(ranked, plan["candidates"])], args["candidates"], stock)
         if stock is None:
             raise AnsibleActionFail("the plan has no stock candidate (no compiler, all "
                                     "cores, glibc, fp32) to compare trials with (-e "

@@ -75,9 +75,9 @@ options:
     default: []
   candidates:
     description:
-      - How many of the plan's top candidates to try when it proposes none (as the planner
-        proposes them, at most two of them compiled ones never measured here, and those
-        run after the others in each round).
+      - How many of the plan's top candidates to try besides stock when it proposes none
+        (as the planner proposes them, at most two of them compiled ones never measured
+        here, and those run after the others in each round).
     type: int
     default: 3
   budget_fraction:

@@ -187,8 +187,9 @@ class Session:
         take minutes before the first compiled step ends): a SIGALRM raises StopTrial
         wherever the main thread is, and again every :data:`ALARM_REPEAT_S` until the run
         has stopped: Python ignores (prints) an exception raised where it cannot propagate,
-        in a weakref callback or a ``__del__``, and an Inductor compilation of a GRU cell,
-        its alarm raised inside Dynamo's weakref callback, ran 67 s under a 9.7 s cap.  A
+        in a weakref callback or a ``__del__``, and a cold Inductor compilation of a
+        character-level LSTM (its cell stepped in Python), its alarm raised inside
+        Dynamo's weakref callback, ran 67 s under a 9.7 s cap.  A
         script that sets its own SIGALRM handler keeps it; the cap is then checked at the
         end of each step only."""
         if self.max_seconds is None or not hasattr(signal, "setitimer") or \

@@ -41,8 +41,8 @@ description:
     measured from an earlier round, are not tried (returned as C(skip)), since a job
     measured that short is too short for trials to pay for themselves. The shortest cap
     is what stock's trial in the round took on the runtime's clock to measure a step time
-    (the script's start-up, its warm-up and two steps; at least one second): a shorter
-    share ends before any configuration measures one.
+    (the script's start-up, its warm-up and two steps; at least one second), since a
+    shorter share ends before any configuration measures one.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.

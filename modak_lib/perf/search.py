@@ -28,9 +28,11 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   for a new workload);
 - **a trial is stopped at its share of the budget**: just before a candidate's trial runs,
   it is given what the budget has left after the trials already run (this round's too),
-  shared equally with the round's candidates still to run (``cap``; the runtime stops the
-  run there: ``MODAK_MAX_SECONDS``), so that a compilation longer than the budget (Inductor
-  took 122 s for a GRU here) ends its trial, not the budget.  Stock runs first in every
+  and in the first round after as much again as stock's trial took, kept for stock's
+  second trial (``reserve``, below), shared equally with the round's candidates still to
+  run (``cap``; the runtime stops the run there: ``MODAK_MAX_SECONDS``), so that a
+  compilation longer than the budget (Inductor took 122 s for a GRU here) ends its trial,
+  not the budget.  Stock runs first in every
   round and is not capped (every choice is measured against it); once its trial has
   measured the job, the shares are of the budget re-based on it, so a first round planned
   on a prediction keeps to the measured budget too.  A candidate stopped before it measured
@@ -52,8 +54,10 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
 - **and than stock's second trial, where its choice rests on one**: a candidate that ran
   beside stock in one round only, with no other stock trial to judge it against, is
   checked against a second trial of stock, run alone after the last round (as many steps
-  as its last) where the budget has it left; stock's figure in each comparison is the
-  faster of its round's trial and its trials in rounds the candidate measured nothing in.
+  as its last) where the budget has it left (the first round's candidates leave it that
+  much: the last of them used to get all that was left); stock's figure in each
+  comparison is the faster of its round's trial and its trials in rounds the candidate
+  measured nothing in.
   A trial's slowdowns are one-sided (another process, a cold cache): ResNet-50's stock
   trial ran 1.57x its usual step time, and a compiled bf16 0.86x stock's speed was chosen
   on it;
@@ -112,9 +116,10 @@ def first_round(ranked: Sequence[tuple[Configuration, bool]], k: int,
     A trial is capped at its share of what the budget has left when it starts, so a
     compilation that runs after the eager candidates (whose trials take their steps and
     end well within their shares) gets what they left, not an equal share (with two eager
-    candidates and 36 s left after stock's trial: 12 s first, about 29 s last).  And a
-    first round of three compiled candidates, each stopped while compiling (a transformer
-    regressor's, in shares of 7-15 s), measured nothing but stock.  The best-ranked that
+    candidates and 33 s left after stock's trial and what is kept for its second: 11 s
+    first, about 26 s last).  And a first round of three compiled candidates, each stopped
+    while compiling (a transformer regressor's, in shares of 7-15 s), measured nothing but
+    stock.  The best-ranked that
     the budget cannot give the shortest cap are not tried (:meth:`Halving.skip`), so
     where the budget is that short, an unmeasured compilation (which could not pay for
     itself in it) is the first to go."""
@@ -320,13 +325,15 @@ class Halving:
         round's trials ``done`` so far: what the budget (re-based on stock's trial once it
         ran) has left after them, shared equally among the round's candidates not yet run
         that it affords (:meth:`skip`), this one included (less stock's estimated trial
-        while it has not run).  None for stock's trial and an unbounded budget; at least
-        :func:`shortest_cap`."""
+        while it has not run), to a tenth of a second rounded down.  None for stock's trial
+        and an unbounded budget; at least :func:`shortest_cap`."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
         left, waiting, _, base = self._share(done)
-        return round(max(left / max(1, self._afforded(left, waiting, base)),
-                         shortest_cap(base)), 1)
+        share = math.floor(10 * left / max(1, self._afforded(left, waiting, base)) + 1e-6)
+        # (to a tenth of a second, down: a share rounded up eats into what is kept for
+        # stock's second trial)
+        return max(share / 10, round(shortest_cap(base), 1))
 
     def skip(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[str]:
         """Why this round's trial of ``configuration`` is not run (None: it runs): once
@@ -354,9 +361,11 @@ class Halving:
         why = (f"{MIN_CAP_S:g} s" if shortest <= MIN_CAP_S else
                f"{shortest:.1f} s: what stock's trial took to measure a step time, its "
                f"start-up {base.startup_s:.1f} s")
+        kept = self.reserve(base)
+        kept = f", and {kept:.1f} s kept for its second trial" if kept else ""
         return (f"not tried: the budget ({budget:.1f} s, the job as stock's trial measured "
                 f"it) has {max(left, 0.0):.1f} s left after the trials before it (stock's "
-                f"{base.wall_s:.1f} s), not the shortest cap ({why}) for it and the "
+                f"{base.wall_s:.1f} s{kept}), not the shortest cap ({why}) for it and the "
                 f"better-ranked: the job is too short for trials to pay for themselves")
 
     @staticmethod
@@ -369,19 +378,34 @@ class Halving:
         return min(len(waiting), max(0, int(left // shortest_cap(base))))
 
     def _share(self, done: Sequence[Trial]) -> tuple[float, list, float, Optional[Trial]]:
-        """(what the budget has left after the round's trials ``done``; the round's
+        """(what the budget has left after the round's trials ``done``, and in the first
+        round after the reserve for stock's second trial (:meth:`reserve`); the round's
         candidates not yet run, best-ranked first; the budget, re-based on stock's trial once
         it ran; stock's trial in this round, None while it has not run)."""
         ran = {t.configuration: t for t in done}
         base, budget = ran.get(self.stock), self.budget_s
         if self.budget_fraction and base is not None and base.s_per_step is not None:
             budget = self.budget_fraction * job_seconds(base, self.job_steps)
-        left = budget - self.out.spent_s - sum(t.wall_s for t in done)
+        left = budget - self.out.spent_s - sum(t.wall_s for t in done) - self.reserve(base)
         if base is None:  # (stock's trial still to come in this round)
             left -= (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
                      else self._first_trial_s())
         waiting = [c for c in self.pool if c != self.stock and c not in ran]
         return left, waiting, budget, base
+
+    def reserve(self, base: Optional[Trial]) -> float:
+        """What the first round's candidates leave of the budget for stock's second trial
+        (:meth:`_confirmation`: as many steps as ``base``, stock's trial in this round, so
+        its cost again): a candidate chosen on the first round alone is checked against it.
+        Without the reserve the round's last candidate got all that was left: a character
+        LSTM's compiled bf16, last in its round, used its 17 s share to the end, and
+        tcmalloc was chosen on the one round, its 18.7% gain over a stock trial that was
+        the first process of the round; side by side it ran 0.91x stock's speed.  0 from
+        the second round on (a candidate measured in two rounds beside stock needs no
+        second stock trial), and before stock's trial has measured."""
+        if self.out.rounds or base is None or base.s_per_step is None:
+            return 0.0
+        return _estimate(base, base.steps)
 
     def _first_trial_s(self) -> float:
         """A first-round trial's cost before anything is measured: the overhead plus its

@@ -35,7 +35,9 @@ description:
     job's time at stock's measured speed.
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
-    ends its trial, not the budget; stock's trial is not capped.
+    ends its trial, not the budget; stock's trial is not capped. In the first round what is
+    left is counted less as much again as stock's trial took, kept for stock's second
+    trial.
   - Where what the budget has left after stock's trial does not afford the round's
     candidates still to run the shortest cap each, the worst-ranked, with nothing
     measured from an earlier round, are not tried (returned as C(skip)), since a job
@@ -162,7 +164,8 @@ cap:
   description:
     - With O(cap_for) - the seconds after which the runtime stops that trial
       (C(MODAK_MAX_SECONDS)) - what the budget has left after the trials run so far (O(done)
-      included; re-based on stock's trial once it ran), shared equally among the round's
+      included; re-based on stock's trial once it ran; in the first round, less a second
+      stock trial's cost, kept to confirm the choice), shared equally among the round's
       candidates not yet run; null for stock's trial, which is not capped, and where the
       budget is unbounded.
   returned: with cap_for

@@ -28,12 +28,12 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   for a new workload);
 - **a trial is stopped at its share of the budget**: just before a candidate's trial runs,
   it is given what the budget has left after the trials already run (this round's too),
-  and in the first round after as much again as stock's trial took, kept for stock's
-  second trial (``reserve``, below), shared equally with the round's candidates still to
-  run (``cap``; the runtime stops the run there: ``MODAK_MAX_SECONDS``), so that a
-  compilation longer than the budget (Inductor took 122 s for a GRU here) ends its trial,
-  not the budget.  Stock runs first in every
-  round and is not capped (every choice is measured against it); once its trial has
+  and in the first round after as much again as stock's trial took and
+  ``CAP_OVERRUN_S``, kept for stock's second trial (``reserve``, below), shared equally
+  with the round's candidates still to run (``cap``; the runtime stops the run there:
+  ``MODAK_MAX_SECONDS``), so that a compilation longer than the budget (Inductor took
+  122 s for a GRU here) ends its trial, not the budget.  Stock runs first in every round
+  and is not capped (every choice is measured against it); once its trial has
   measured the job, the shares are of the budget re-based on it, so a first round planned
   on a prediction keeps to the measured budget too.  A candidate stopped before it measured
   a step time fails its trial (it could not pay for itself within the budget), without
@@ -85,6 +85,12 @@ from typing import Callable, Optional, Sequence
 from ..models import Configuration
 
 MIN_CAP_S = 1.0  # the shortest time cap: a candidate the budget cannot give it is not tried
+# how far past its time cap a capped trial may run: the runtime's alarm repeats every 0.25 s
+# until the run stops (``modak_runtime.session.ALARM_REPEAT_S``), and the run then writes
+# its record; the first round keeps this on top of stock's second trial's cost
+# (:meth:`Halving.reserve`), or a compilation stopped just past its cap leaves that trial
+# a tenth of a second short
+CAP_OVERRUN_S = 0.5
 # the fewest steps the runtime measures a step time from (the second step's end less the
 # first's)
 MEASURED_STEPS = 2
@@ -116,13 +122,12 @@ def first_round(ranked: Sequence[tuple[Configuration, bool]], k: int,
     A trial is capped at its share of what the budget has left when it starts, so a
     compilation that runs after the eager candidates (whose trials take their steps and
     end well within their shares) gets what they left, not an equal share (with two eager
-    candidates and 33 s left after stock's trial and what is kept for its second: 11 s
-    first, about 26 s last).  And a first round of three compiled candidates, each stopped
-    while compiling (a transformer regressor's, in shares of 7-15 s), measured nothing but
-    stock.  The best-ranked that
-    the budget cannot give the shortest cap are not tried (:meth:`Halving.skip`), so
-    where the budget is that short, an unmeasured compilation (which could not pay for
-    itself in it) is the first to go."""
+    candidates and 32.5 s left after stock's trial and what is kept for its second:
+    10.8 s first, about 25.5 s last).  And a first round of three compiled candidates,
+    each stopped while compiling (a transformer regressor's, in shares of 7-15 s),
+    measured nothing but stock.  The best-ranked that the budget cannot give the shortest
+    cap are not tried (:meth:`Halving.skip`), so where the budget is that short, an
+    unmeasured compilation (which could not pay for itself in it) is the first to go."""
     picked: list[tuple[Configuration, bool]] = []
     unmeasured = 0
     for config, measured in ranked:
@@ -400,12 +405,16 @@ class Halving:
         Without the reserve the round's last candidate got all that was left: a character
         LSTM's compiled bf16, last in its round, used its 17 s share to the end, and
         tcmalloc was chosen on the one round, its 18.7% gain over a stock trial that was
-        the first process of the round; side by side it ran 0.91x stock's speed.  0 from
-        the second round on (a candidate measured in two rounds beside stock needs no
-        second stock trial), and before stock's trial has measured."""
+        the first process of the round; side by side it ran 0.91x stock's speed.  Plus
+        :data:`CAP_OVERRUN_S`, since a capped trial ends a little past its cap: with the
+        reserve alone, a MobileNet-style CNN's compilation, last in its round and capped
+        at what was left less it, left too little for stock's second trial (its cost
+        again, to the tenth of a second), and tcmalloc was chosen on the one round.  0
+        from the second round on (a candidate measured in two rounds beside stock needs
+        no second stock trial), and before stock's trial has measured."""
         if self.out.rounds or base is None or base.s_per_step is None:
             return 0.0
-        return _estimate(base, base.steps)
+        return _estimate(base, base.steps) + CAP_OVERRUN_S
 
     def _first_trial_s(self) -> float:
         """A first-round trial's cost before anything is measured: the overhead plus its

@@ -36,8 +36,8 @@ description:
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial is not capped. In the first round what is
-    left is counted less as much again as stock's trial took, kept for stock's second
-    trial.
+    left is counted less as much again as stock's trial took and half a second (a capped
+    trial ends a little past its cap), kept for stock's second trial.
   - Where what the budget has left after stock's trial does not afford the round's
     candidates still to run the shortest cap each, the worst-ranked, with nothing
     measured from an earlier round, are not tried (returned as C(skip)), since a job

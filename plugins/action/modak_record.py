@@ -105,6 +105,7 @@ class ActionModule(ActionBase):
                                 "samples_per_s": m.get("samples_per_s"),
                                 "warmup_s": m.get("warmup_s"), "steps": m.get("steps"),
                                 "final_loss": m.get("final_loss"),
-                                "startup_s": m.get("startup_s")} if s_per_step else None,
+                                "startup_s": m.get("startup_s"),
+                                "runtime_s": m.get("wall_s")} if s_per_step else None,
                       predicted_s_per_step=pred.get("seconds"))
         return result

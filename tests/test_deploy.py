@@ -424,9 +424,11 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
     assert len(first["autotune"]) + confirmed == len(trials)
     # each candidate's trial is capped at its share of the budget, stock's is not
     state = json.loads(next((tmp_path / "plans").glob("*/search.json")).read_text())
-    # stock's trial carried the script's start-up through the job path (modak_record's
-    # measured): the shortest cap a candidate is given is taken from it
-    assert all(t["startup_s"] > 0 for t in state["trials"]
+    # stock's trial carried the script's start-up and the runtime's whole clock through the
+    # job path (modak_record's measured): the shortest cap a candidate is given is taken
+    # from them, and a share is given less the job path's time outside that clock
+    assert all(t["startup_s"] > 0 and 0 < t["runtime_s"] < t["wall_s"]
+               for t in state["trials"]
                if Configuration(**t["configuration"]) == Configuration(**state["stock"])), \
         state["trials"]
     tried = [p for p in plans if "MODAK_MAX_STEPS" in p["environment"]]

@@ -44,8 +44,11 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   took to measure a step time (:func:`shortest_cap`: the script's own start-up, its
   warm-up and two steps), at least ``MIN_CAP_S``: a share shorter than that ends before
   any configuration could measure one (a small CNN's start-up took 3.4 s here, and shares
-  of 2.6 s measured nothing).  The cap is on the runtime's clock: the job's start-up
-  before it (scheduler, container) comes on top;
+  of 2.6 s measured nothing).  The cap is on the runtime's clock, and the job path's time
+  outside it (scheduler, container, the record) comes on top: a share is given less that
+  time as stock's trial in the round took it (:func:`outside_clock`; a compiled trial
+  capped at its 17 s share through Slurm and Podman cost 26.3 s, and used up what the
+  first round kept for stock's second trial);
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -176,6 +179,9 @@ class Trial:
     # the runtime's clock from its start to the training's (the script's own set-up:
     # imports, data, model), 0 where not recorded
     startup_s: float = 0.0
+    # the runtime's clock from its start to the run's end, 0 where not recorded: ``wall_s``
+    # less this is the job path's time outside it (:func:`outside_clock`)
+    runtime_s: float = 0.0
 
 
 def shortest_cap(stock: Optional[Trial]) -> float:
@@ -188,6 +194,18 @@ def shortest_cap(stock: Optional[Trial]) -> float:
         return MIN_CAP_S
     return max(MIN_CAP_S, stock.startup_s + stock.warmup_s
                + MEASURED_STEPS * stock.s_per_step)
+
+
+def outside_clock(stock: Optional[Trial]) -> float:
+    """The job path's seconds outside the runtime's clock in ``stock``'s trial: its whole
+    cost (``wall_s``: the scheduler, the container's start, the interpreter's before the
+    runtime starts its clock, the record's writing) less what the runtime's clock measured
+    of it (``runtime_s``); 0 where that is not recorded.  A time cap runs on the runtime's
+    clock, so a candidate's trial costs its cap plus this much: a compiled trial capped at
+    17 s through Slurm and Podman here cost 26.3 s of the budget."""
+    if stock is None or not stock.runtime_s > 0:
+        return 0.0
+    return max(0.0, stock.wall_s - stock.runtime_s)
 
 
 def time_capped(failed: Optional[str], error: Optional[dict]) -> bool:
@@ -330,15 +348,17 @@ class Halving:
         round's trials ``done`` so far: what the budget (re-based on stock's trial once it
         ran) has left after them, shared equally among the round's candidates not yet run
         that it affords (:meth:`skip`), this one included (less stock's estimated trial
-        while it has not run), to a tenth of a second rounded down.  None for stock's trial
-        and an unbounded budget; at least :func:`shortest_cap`."""
+        while it has not run), less the job path's time outside the runtime's clock as
+        stock's trial in the round measured it (:func:`outside_clock`: the cap runs on that
+        clock, the share is of the budget's), to a tenth of a second rounded down.  None
+        for stock's trial and an unbounded budget; at least :func:`shortest_cap`."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
         left, waiting, _, base = self._share(done)
-        share = math.floor(10 * left / max(1, self._afforded(left, waiting, base)) + 1e-6)
+        share = left / max(1, self._afforded(left, waiting, base)) - outside_clock(base)
         # (to a tenth of a second, down: a share rounded up eats into what is kept for
         # stock's second trial)
-        return max(share / 10, round(shortest_cap(base), 1))
+        return max(math.floor(10 * share + 1e-6) / 10, round(shortest_cap(base), 1))
 
     def skip(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[str]:
         """Why this round's trial of ``configuration`` is not run (None: it runs): once
@@ -366,6 +386,10 @@ class Halving:
         why = (f"{MIN_CAP_S:g} s" if shortest <= MIN_CAP_S else
                f"{shortest:.1f} s: what stock's trial took to measure a step time, its "
                f"start-up {base.startup_s:.1f} s")
+        outside = outside_clock(base)
+        if outside:
+            why += (f"; and {outside:.1f} s a trial outside the runtime's clock, as stock's "
+                    f"took through the job path")
         kept = self.reserve(base)
         kept = f", and {kept:.1f} s kept for its second trial" if kept else ""
         return (f"not tried: the budget ({budget:.1f} s, the job as stock's trial measured "
@@ -377,10 +401,12 @@ class Halving:
     def _afforded(left: float, waiting: list, base: Optional[Trial]) -> int:
         """How many of the round's candidates still to run (best-ranked first) get a trial:
         all while stock's trial has not measured the job, then as many as ``left`` affords
-        the shortest cap (:func:`shortest_cap`) each."""
+        the shortest cap (:func:`shortest_cap`) each, with the job path's time outside the
+        runtime's clock (:func:`outside_clock`) on top of it."""
         if base is None or base.s_per_step is None:
             return len(waiting)
-        return min(len(waiting), max(0, int(left // shortest_cap(base))))
+        each = shortest_cap(base) + outside_clock(base)
+        return min(len(waiting), max(0, int(left // each)))
 
     def _share(self, done: Sequence[Trial]) -> tuple[float, list, float, Optional[Trial]]:
         """(what the budget has left after the round's trials ``done``, and in the first

@@ -171,7 +171,8 @@ class ActionModule(ActionBase):
                      float(m.get("warmup_s") or 0.0), float(rec.get("elapsed_s") or 0.0),
                      m.get("final_loss"), failed,
                      capped=time_capped(failed, rec.get("error")),
-                     startup_s=float(m.get("startup_s") or 0.0))
+                     startup_s=float(m.get("startup_s") or 0.0),
+                     runtime_s=float(m.get("runtime_s") or 0.0))
 
 
 def _s(trial, halving, job_seconds):

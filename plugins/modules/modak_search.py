@@ -37,14 +37,18 @@ description:
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial is not capped. In the first round what is
     left is counted less as much again as stock's trial took and half a second (a capped
-    trial ends a little past its cap), kept for stock's second trial.
+    trial ends a little past its cap), kept for stock's second trial. The cap runs on the
+    runtime's clock, so a share is given less the job path's time outside that clock
+    (scheduler, container, the record) as stock's trial in the round took it (its
+    C(elapsed_s) less its C(measured.runtime_s)).
   - Where what the budget has left after stock's trial does not afford the round's
     candidates still to run the shortest cap each, the worst-ranked, with nothing
     measured from an earlier round, are not tried (returned as C(skip)), since a job
     measured that short is too short for trials to pay for themselves. The shortest cap
     is what stock's trial in the round took on the runtime's clock to measure a step time
-    (the script's start-up, its warm-up and two steps; at least one second), since a
-    shorter share ends before any configuration measures one.
+    (the script's start-up, its warm-up and two steps; at least one second), plus the
+    job path's time outside that clock, since a shorter share ends before any
+    configuration measures one.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
@@ -166,8 +170,9 @@ cap:
       (C(MODAK_MAX_SECONDS)) - what the budget has left after the trials run so far (O(done)
       included; re-based on stock's trial once it ran; in the first round, less a second
       stock trial's cost, kept to confirm the choice), shared equally among the round's
-      candidates not yet run; null for stock's trial, which is not capped, and where the
-      budget is unbounded.
+      candidates not yet run, less the job path's time outside the runtime's clock in
+      stock's trial; null for stock's trial, which is not capped, and where the budget is
+      unbounded.
   returned: with cap_for
   type: float
 skip:

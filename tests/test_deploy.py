@@ -725,6 +725,27 @@ def test_twenty_submitters_of_one_run_at_once_submit_one_job(frontend, tmp_path)
     assert '"submitted": false' in again.stdout
 
 
+def test_the_frontends_podman_mounts_an_image_rather_than_copying_it(frontend):
+    """On its default here (vfs) rootless Podman copied the whole image at each container
+    start, 8-16 s for the PyTorch image, a job's and each search trial's: ``scripts/frontend
+    up`` puts a new store on native overlay where the kernel has it, as this one does."""
+    probe = _as_frontend_user("d=$(mktemp -d) && podman --root $d/root --runroot $d/run "
+                              "--storage-driver overlay info >/dev/null; r=$?; rm -rf $d; "
+                              "exit $r")
+    if probe.returncode != 0 and not os.environ.get("CI"):
+        pytest.skip("this kernel has no native overlay for rootless podman: " + probe.stderr[-300:])
+    assert probe.returncode == 0, probe.stderr  # (the machine CI runs on has it)
+    driver = _as_frontend_user("podman info --format '{{.Store.GraphDriverName}}'")
+    assert driver.stdout.strip() == "overlay", (driver.stdout, driver.stderr)
+    # a container's root is an overlay mount over the image's layers (on vfs, a copy)
+    started = _as_frontend_user("podman run --rm --network none localhost/debian:bookworm "
+                                "grep ' / / ' /proc/self/mountinfo")
+    assert started.returncode == 0, started.stderr
+    assert " - overlay " in started.stdout and "lowerdir=" in started.stdout, started.stdout
+    assert "MODAK scripts/frontend" in _as_frontend_user(
+        "cat ~/.config/containers/storage.conf").stdout  # (written by scripts/frontend)
+
+
 def test_podmans_state_left_by_a_restart_is_reset_by_up(frontend):
     """A restart kills every process but keeps /tmp, where rootless Podman's runroot says all
     is alive: a container recorded as running with no conmon and no pause process left makes

@@ -45,10 +45,11 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   warm-up and two steps), at least ``MIN_CAP_S``: a share shorter than that ends before
   any configuration could measure one (a small CNN's start-up took 3.4 s here, and shares
   of 2.6 s measured nothing).  The cap is on the runtime's clock, and the job path's time
-  outside it (scheduler, container, the record) comes on top: a share is given less that
-  time as stock's trial in the round took it (:func:`outside_clock`; a compiled trial
-  capped at its 17 s share through Slurm and Podman cost 26.3 s, and used up what the
-  first round kept for stock's second trial);
+  outside it (scheduler, container, the record) comes on top: a share is given less what
+  a trial may take beyond its cap, up to ``OUTSIDE_SCATTER`` times the time outside the
+  clock that stock's trial in the round took (:func:`outside_clock`, :func:`beyond_cap`;
+  a compiled trial capped at its 17 s share through Slurm and Podman cost 26.3 s, and
+  used up what the first round kept for stock's second trial);
 - **the final choice is never slower than the stock trial as measured** (amortised) in
   any round the two ran side by side, and never a rejected one: a single short trial on a
   shared machine can run 1.5x off its usual speed, so a candidate faster than stock in the
@@ -94,6 +95,11 @@ MIN_CAP_S = 1.0  # the shortest time cap: a candidate the budget cannot give it 
 # (:meth:`Halving.reserve`), or a compilation stopped just past its cap leaves that trial
 # a tenth of a second short
 CAP_OVERRUN_S = 0.5
+# how far a candidate's time outside the runtime's clock may run past stock's in the same
+# round (a multiple of it): a trial stopped while compiling ends its processes on the way
+# out; through Slurm and Podman here two such trials took 1.7x and 2.1x stock's 1.09 s,
+# and an eager one on a slower container store 1.5x stock's 15.1 s
+OUTSIDE_SCATTER = 2.0
 # the fewest steps the runtime measures a step time from (the second step's end less the
 # first's)
 MEASURED_STEPS = 2
@@ -206,6 +212,18 @@ def outside_clock(stock: Optional[Trial]) -> float:
     if stock is None or not stock.runtime_s > 0:
         return 0.0
     return max(0.0, stock.wall_s - stock.runtime_s)
+
+
+def beyond_cap(stock: Optional[Trial]) -> float:
+    """What a candidate's capped trial may cost beyond its cap through the job path, judged
+    by ``stock``'s trial in the same round: its time outside the runtime's clock
+    (:func:`outside_clock`), up to :data:`OUTSIDE_SCATTER` times stock's (the overrun on
+    the clock itself, :data:`CAP_OVERRUN_S`, is in the first round's reserve).  A share is
+    given less this, so that a trial its cap stops ends within its share: two compilations
+    capped at their shares less stock's time outside cost 0.7 and 1.2 s more here, and
+    left what the round kept for stock's second trial short.  0 outside the job path (the
+    benchmarks' trials, on the runtime's clock alone)."""
+    return OUTSIDE_SCATTER * outside_clock(stock)
 
 
 def time_capped(failed: Optional[str], error: Optional[dict]) -> bool:
@@ -348,14 +366,15 @@ class Halving:
         round's trials ``done`` so far: what the budget (re-based on stock's trial once it
         ran) has left after them, shared equally among the round's candidates not yet run
         that it affords (:meth:`skip`), this one included (less stock's estimated trial
-        while it has not run), less the job path's time outside the runtime's clock as
-        stock's trial in the round measured it (:func:`outside_clock`: the cap runs on that
-        clock, the share is of the budget's), to a tenth of a second rounded down.  None
-        for stock's trial and an unbounded budget; at least :func:`shortest_cap`."""
+        while it has not run), less what its trial may take beyond its cap, judged by
+        stock's trial in the round (:func:`beyond_cap`: the cap runs on the runtime's clock,
+        the share is of the budget's, which also pays the job path's time outside that
+        clock), to a tenth of a second rounded down.  None for stock's trial and an
+        unbounded budget; at least :func:`shortest_cap`."""
         if configuration == self.stock or not math.isfinite(self.budget_s):
             return None
         left, waiting, _, base = self._share(done)
-        share = left / max(1, self._afforded(left, waiting, base)) - outside_clock(base)
+        share = left / max(1, self._afforded(left, waiting, base)) - beyond_cap(base)
         # (to a tenth of a second, down: a share rounded up eats into what is kept for
         # stock's second trial)
         return max(math.floor(10 * share + 1e-6) / 10, round(shortest_cap(base), 1))
@@ -388,8 +407,9 @@ class Halving:
                f"start-up {base.startup_s:.1f} s")
         outside = outside_clock(base)
         if outside:
-            why += (f"; and {outside:.1f} s a trial outside the runtime's clock, as stock's "
-                    f"took through the job path")
+            why += (f"; and {beyond_cap(base):.1f} s a trial may take beyond its cap "
+                    f"through the job path: up to {OUTSIDE_SCATTER:g}x the {outside:.1f} s "
+                    f"stock's took outside the runtime's clock")
         kept = self.reserve(base)
         kept = f", and {kept:.1f} s kept for its second trial" if kept else ""
         return (f"not tried: the budget ({budget:.1f} s, the job as stock's trial measured "
@@ -401,11 +421,11 @@ class Halving:
     def _afforded(left: float, waiting: list, base: Optional[Trial]) -> int:
         """How many of the round's candidates still to run (best-ranked first) get a trial:
         all while stock's trial has not measured the job, then as many as ``left`` affords
-        the shortest cap (:func:`shortest_cap`) each, with the job path's time outside the
-        runtime's clock (:func:`outside_clock`) on top of it."""
+        the shortest cap (:func:`shortest_cap`) each, with what a trial may take beyond its
+        cap (:func:`beyond_cap`) on top of it."""
         if base is None or base.s_per_step is None:
             return len(waiting)
-        each = shortest_cap(base) + outside_clock(base)
+        each = shortest_cap(base) + beyond_cap(base)
         return min(len(waiting), max(0, int(left // each)))
 
     def _share(self, done: Sequence[Trial]) -> tuple[float, list, float, Optional[Trial]]:

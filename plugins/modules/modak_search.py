@@ -38,16 +38,17 @@ description:
     ends its trial, not the budget; stock's trial is not capped. In the first round what is
     left is counted less as much again as stock's trial took and half a second (a capped
     trial ends a little past its cap), kept for stock's second trial. The cap runs on the
-    runtime's clock, so a share is given less the job path's time outside that clock
+    runtime's clock, so a share is given less twice the job path's time outside that clock
     (scheduler, container, the record) as stock's trial in the round took it (its
-    C(elapsed_s) less its C(measured.runtime_s)).
+    C(elapsed_s) less its C(measured.runtime_s)), since a trial stopped at its cap took up to
+    2.1x stock's, ending its processes.
   - Where what the budget has left after stock's trial does not afford the round's
     candidates still to run the shortest cap each, the worst-ranked, with nothing
     measured from an earlier round, are not tried (returned as C(skip)), since a job
     measured that short is too short for trials to pay for themselves. The shortest cap
     is what stock's trial in the round took on the runtime's clock to measure a step time
-    (the script's start-up, its warm-up and two steps; at least one second), plus the
-    job path's time outside that clock, since a shorter share ends before any
+    (the script's start-up, its warm-up and two steps; at least one second), plus twice
+    the job path's time outside that clock, since a shorter share ends before any
     configuration measures one.
 options:
   plan:
@@ -170,8 +171,8 @@ cap:
       (C(MODAK_MAX_SECONDS)) - what the budget has left after the trials run so far (O(done)
       included; re-based on stock's trial once it ran; in the first round, less a second
       stock trial's cost, kept to confirm the choice), shared equally among the round's
-      candidates not yet run, less the job path's time outside the runtime's clock in
-      stock's trial; null for stock's trial, which is not capped, and where the budget is
+      candidates not yet run, less twice the job path's time outside the runtime's clock
+      in stock's trial; null for stock's trial, which is not capped, and where the budget is
       unbounded.
   returned: with cap_for
   type: float

@@ -220,7 +220,7 @@ def beyond_cap(stock: Optional[Trial]) -> float:
     (:func:`outside_clock`), up to :data:`OUTSIDE_SCATTER` times stock's (the overrun on
     the clock itself, :data:`CAP_OVERRUN_S`, is in the first round's reserve).  A share is
     given less this, so that a trial its cap stops ends within its share: two compilations
-    capped at their shares less stock's time outside cost 0.7 and 1.2 s more here, and
+    capped at their shares less stock's time outside cost 0.7 and 1.1 s more here, and
     left what the round kept for stock's second trial short.  0 outside the job path (the
     benchmarks' trials, on the runtime's clock alone)."""
     return OUTSIDE_SCATTER * outside_clock(stock)

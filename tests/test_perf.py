@@ -72,6 +72,30 @@ def test_the_baseline_adds_the_steps_memory_traffic_which_bf16_does_not_speed_up
     assert 1.0 < penalty({**slow, "elements_per_step": 1e9}) < 10.0
 
 
+def test_the_baseline_adds_the_normalisations_passes_at_the_threads_share():
+    fp32 = {**ROW, "precision": "fp32", "threads": 2}
+    arithmetic = 6.4e9 / 100e9 + PARAMS_S
+    # 5% of the forward FLOPs in normalisations: 4 an element, the forward a third of the
+    # step's 6.4 GFLOP -> 26.7 million elements at NORM_BYTES_PER_ELEMENT over 20 GB/s
+    normed = {**fp32, "flops_conv": 0.85, "flops_norm": 0.05}
+    elements = 0.05 * 6.4e9 / 3 / 4
+    assert F.norm_elements(normed) == pytest.approx(elements)
+    norm_s = elements * F.NORM_BYTES_PER_ELEMENT / 20e9
+    assert F.baseline(normed) == pytest.approx(math.log(arithmetic + norm_s))
+    # one thread of two: the normalisations, like the arithmetic, at half the rate
+    assert F.baseline({**normed, "threads": 1}) == pytest.approx(
+        math.log(2 * 6.4e9 / 100e9 + PARAMS_S + 2 * norm_s))
+    # bf16 does not speed them up (autocast keeps them in fp32): only the matrix share
+    # (conv 0.85 + linear 0.1)
+    bf16 = {**normed, "precision": "bf16"}
+    assert F.baseline(bf16) == pytest.approx(
+        math.log(6.4e9 / 100e9 * (0.05 + 0.95 * 100 / 250) + PARAMS_S + norm_s))
+    # no share (a fingerprint without normalisations, or none counted): no term
+    for share in (0.0, None, float("nan")):
+        assert F.baseline({**normed, "flops_norm": share}) == pytest.approx(
+            math.log(arithmetic))
+
+
 def test_the_baseline_adds_the_operations_at_the_probes_time_each_or_the_cpus():
     fp32 = {**ROW, "precision": "fp32", "threads": 2, "ops_per_step": 300}
     arithmetic = 6.4e9 / 100e9 + PARAMS_S
@@ -120,6 +144,26 @@ def test_the_probe_measures_this_machine_within_a_sane_range():
     assert capped["gflops_bf16"] / capped["gflops_fp32"] < 0.5 * (
         rec["gflops_bf16"] / rec["gflops_fp32"])
 
+
+
+def test_the_normalisations_cost_benchmark_measures_every_layer_it_names():
+    pytest.importorskip("torch")
+    out = subprocess.run([sys.executable, "benchmarks/norm_cost.py", "--repeats", "1",
+                          "--threads", "1"], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("1 threads; the probe's bandwidth")
+    rows = {}
+    for line in lines[2:]:
+        name, shape, median, low, high = line.split()
+        rows[(name, shape)] = float(median)
+        assert float(low) <= float(median) <= float(high)
+    from benchmarks.norm_cost import CASES
+    assert set(rows) == {(n, "x".join(map(str, s))) for n, s in CASES}
+    # what the baseline's term rests on: a BatchNorm in training costs more than the
+    # generic 8 bytes an element of its output (written and read back once)
+    assert all(v > F.BYTES_PER_ELEMENT for (n, _), v in rows.items() if "Norm" in n), rows
 
 def test_modak_probe_remembers_the_figures_for_the_planner(tmp_path, monkeypatch, capsys):
     pytest.importorskip("torch")

@@ -17,17 +17,20 @@ The model does not learn seconds from nothing: it learns how far a step is from 
 **baseline** (:func:`baseline`), a roofline-like time at the rates the target's probe
 measured: the step's arithmetic at its GFLOP/s, with the precision and the threads the
 configuration gives it, plus the tensors the step writes (its fingerprint's elements per
-step) written and read back once at the measured bandwidth, plus its parameters' traffic
-(weights, gradients, the optimizer's update) at that bandwidth, plus the operations the step
-dispatches at a fixed cost each: on a GPU the time of one small operation its probe
+step) written and read back once at the measured bandwidth, plus its normalisation layers'
+elements at the cost of a normalisation's passes over them (:data:`NORM_BYTES_PER_ELEMENT`:
+a BatchNorm's forward and backward in training pass over its tensor several times, slower
+than its traffic at the measured bandwidth: measured, not fitted), plus its parameters'
+traffic (weights, gradients, the optimizer's update) at that bandwidth, plus the operations
+the step dispatches at a fixed cost each: on a GPU the time of one small operation its probe
 measured (its launch overhead: a small step on a fast GPU is mostly that), on a CPU
 :data:`CPU_OP_US` (eager PyTorch's dispatch: a step of thousands of small operations, a
-recurrent cell stepped in Python, is mostly that).  A target whose bf16 rate is
-1/50 of its fp32 rate (no native bf16) makes the arithmetic of a bf16 configuration 50x
-slower at baseline before any data says so, but not its memory traffic: a step that is mostly
-traffic (embeddings, small layers) loses far less; a job given one thread of two gets half
-the arithmetic rate.  What the data must teach is only the remaining efficiency: of a layer
-kind, of a compiler, of a small batch.
+recurrent cell stepped in Python, is mostly that). A target whose bf16 rate is 1/50 of its
+fp32 rate (no native bf16) makes the arithmetic of a bf16 configuration 50x slower at
+baseline before any data says so, but not its memory traffic: a step that is mostly traffic
+(embeddings, small layers) loses far less; a job given one thread of two gets half the
+arithmetic rate. What the data must teach is only the remaining efficiency: of a layer kind,
+of a compiler, of a small batch.
 
 So a workload never measured on a target, or a target never seen, is described by numbers
 the model has seen the like of.  Standard library only: the planner evaluates an exported
@@ -38,7 +41,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 7  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 8  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 # the forward FLOPs' shares by layer kind (+ other = the rest), and ``grouped``: the part of
@@ -61,6 +64,17 @@ WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step",
                     *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
+# a normalisation layer's output element in training (forward and backward), in bytes at the
+# target's measured bandwidth: benchmarks/norm_cost.py measures BatchNorm at 80-150 (medians,
+# one and two threads, this project's CPU; LayerNorm 40-60, an activation 40-80). Not
+# memory-bound: it runs slower than that traffic and with the threads, so the job's share
+# of the cores scales it like the arithmetic. Its elements are not counted apart: the
+# fingerprint counts NORM_FLOPS_PER_ELEMENT FLOPs an element of a normalisation's forward,
+# and a step's FLOPs are STEP_OVER_FORWARD times its forward's (the backward twice:
+# PyTorch's formulas and Keras's count alike)
+NORM_BYTES_PER_ELEMENT = 100.0
+NORM_FLOPS_PER_ELEMENT = 4.0
+STEP_OVER_FORWARD = 3.0
 # the cost of one operation a step dispatches on a target whose probe does not measure it (a
 # CPU's): eager PyTorch's dispatch of an operation and its gradient, not measured but fitted:
 # of 5, 10, 15 and 30 us, 10 gave the held-out families the lowest error (see the README)
@@ -205,15 +219,16 @@ def as_stock(cats: list[str], nums: list[float]) -> tuple[list[str], list[float]
 
 
 def baseline(row: dict[str, Any]) -> float:
-    """log seconds of a step at the target's measured rates: its FLOPs at the fp32 rate,
-    the matrix share of them (:data:`MATMUL`) at the bf16 rate under bf16, the rate scaled
-    by the share of the cores the job's threads get; plus, when the fingerprint counted
-    them, the elements the step writes (``elements_per_step``) at :data:`BYTES_PER_ELEMENT`
-    over the measured bandwidth; plus its trainable parameters at
-    :data:`BYTES_PER_PARAMETER` over that bandwidth; plus the operations the step
-    dispatches (``ops_per_step``) at the time of one operation the target's probe measured
-    (``op_us``: a GPU's), else at :data:`CPU_OP_US` each.  NaN when a figure is missing
-    (``missing`` says which)."""
+    """log seconds of a step at the target's measured rates: its FLOPs at the fp32 rate, the matrix
+    share of them (:data:`MATMUL`) at the bf16 rate under bf16, the rate scaled by the share
+    of the cores the job's threads get; plus, when the fingerprint counted them, the
+    elements the step writes (``elements_per_step``) at :data:`BYTES_PER_ELEMENT` over the
+    measured bandwidth; plus its normalisations' elements (:func:`norm_elements`) at
+    :data:`NORM_BYTES_PER_ELEMENT` over it, at the threads' share of the cores; plus its
+    trainable parameters at :data:`BYTES_PER_PARAMETER` over that bandwidth; plus the
+    operations the step dispatches (``ops_per_step``) at the time of one operation the
+    target's probe measured (``op_us``: a GPU's), else at :data:`CPU_OP_US` each. NaN when a
+    figure is missing (``missing`` says which)."""
     flops, gflops = _float(row.get("flops_per_step")), _float(row.get("gflops_fp32"))
     if not (flops > 0 and gflops > 0):
         return math.nan
@@ -231,12 +246,24 @@ def baseline(row: dict[str, Any]) -> float:
     if bandwidth > 0:
         if elements > 0:
             seconds += elements * BYTES_PER_ELEMENT / (bandwidth * 1e9)
+        seconds += norm_elements(row) * NORM_BYTES_PER_ELEMENT / (bandwidth * 1e9 * share)
         if params > 0:
             seconds += params * BYTES_PER_PARAMETER / (bandwidth * 1e9)
     ops, op_us = _float(row.get("ops_per_step")), _float(row.get("op_us"))
     if ops > 0:
         seconds += ops * (op_us if op_us > 0 else CPU_OP_US) * 1e-6
     return math.log(seconds)
+
+
+def norm_elements(row: dict[str, Any]) -> float:
+    """The elements a step's normalisation layers put out in its forward, from the
+    fingerprint's FLOPs: the normalisations' share of the forward's (``flops_norm``) at
+    :data:`NORM_FLOPS_PER_ELEMENT` each, the forward :data:`STEP_OVER_FORWARD` times fewer
+    FLOPs than the step's.  0 where the fingerprint gives no share."""
+    share, flops = _float(row.get("flops_norm")), _float(row.get("flops_per_step"))
+    if not (share > 0 and flops > 0):
+        return 0.0
+    return share * flops / STEP_OVER_FORWARD / NORM_FLOPS_PER_ELEMENT
 
 
 def baselines(df):

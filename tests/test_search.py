@@ -967,3 +967,20 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
         f"{BF16.label()}: not tried: the job is too short for trials",
         f"{STOCK.label()}: chosen without trials: the budget affords 0 (10 s a trial, 9 s of "
         "budget); the job is too short for trials to pay for themselves"]
+
+
+def test_the_budget_is_re_based_once_on_stocks_first_trial():
+    """An LSTM LM's search (a benchmark's): its budget, re-based on stock's first trial,
+    left room for a second round, whose stock trial ran faster; re-based again on that,
+    the budget shrank below what the two rounds had spent by the first (29 s "of a 24 s
+    budget").  The budget is the job as stock's first trial measured it, from then on."""
+    table = {STOCK: [0.10, 0.07, 0.07, 0.07], BF16: [0.06, 0.065, 0.065, 0.065],
+             TCMALLOC: [0.09, 0.09, 0.09, 0.09]}
+    out = search([BF16, TCMALLOC], STOCK, by_round(table), job_steps=2500, budget_s=5,
+                 budget_fraction=0.1)
+    assert out.rounds >= 2 and [t.configuration for t in out.trials if t.round == 2] == [
+        STOCK, BF16]  # (the second round ran, and measured stock faster: 0.07 s a step)
+    assert out.budget_s == pytest.approx(0.1 * 2500 * 0.10)  # stock's first trial's job
+    assert out.spent_s <= out.budget_s
+    # re-based on the second round's stock trial, what was spent would not fit it
+    assert out.spent_s > 0.1 * 2500 * 0.07

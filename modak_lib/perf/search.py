@@ -25,7 +25,8 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   candidate fit, no trial runs and stock is kept (a job too short for trials to pay for
   themselves).  The first round measures stock, and with ``budget_fraction`` the budget is
   then re-based on stock's measured job time (the planner's estimate of it may be far off
-  for a new workload);
+  for a new workload), once: a later round's stock trial does not move it, so what was
+  spent by it stays within it;
 - **a trial is stopped at its share of the budget**: just before a candidate's trial runs,
   it is given what the budget has left after the trials already run (this round's too),
   and in the first round after as much again as stock's trial took and
@@ -363,8 +364,8 @@ class Halving:
 
     def cap(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[float]:
         """The time cap, in seconds, of this round's trial of ``configuration``, given the
-        round's trials ``done`` so far: what the budget (re-based on stock's trial once it
-        ran) has left after them, shared equally among the round's candidates not yet run
+        round's trials ``done`` so far: what the budget (re-based on stock's first trial once
+        it ran) has left after them, shared equally among the round's candidates not yet run
         that it affords (:meth:`skip`), this one included (less stock's estimated trial
         while it has not run), less what its trial may take beyond its cap, judged by
         stock's trial in the round (:func:`beyond_cap`: the cap runs on the runtime's clock,
@@ -431,11 +432,12 @@ class Halving:
     def _share(self, done: Sequence[Trial]) -> tuple[float, list, float, Optional[Trial]]:
         """(what the budget has left after the round's trials ``done``, and in the first
         round after the reserve for stock's second trial (:meth:`reserve`); the round's
-        candidates not yet run, best-ranked first; the budget, re-based on stock's trial once
-        it ran; stock's trial in this round, None while it has not run)."""
+        candidates not yet run, best-ranked first; the budget, re-based on stock's first
+        trial once it ran; stock's trial in this round, None while it has not run)."""
         ran = {t.configuration: t for t in done}
         base, budget = ran.get(self.stock), self.budget_s
-        if self.budget_fraction and base is not None and base.s_per_step is not None:
+        if self.budget_fraction and not self.out.rounds and base is not None and \
+                base.s_per_step is not None:  # (re-based once: :meth:`record`)
             budget = self.budget_fraction * job_seconds(base, self.job_steps)
         left = budget - self.out.spent_s - sum(t.wall_s for t in done) - self.reserve(base)
         if base is None:  # (stock's trial still to come in this round)
@@ -520,9 +522,14 @@ class Halving:
         base = results.get(self.stock)
         if self.job_steps is None and base is not None:  # (a job that states no steps)
             self.job_steps = wall_steps(self.walltime_s, base.s_per_step)
-        if self.budget_fraction and base is not None and base.s_per_step is not None:
+        if self.budget_fraction and out.rounds == 1 and base is not None and \
+                base.s_per_step is not None:
+            # the job's time as stock's first trial measured it, once: a budget re-based
+            # again on a later, faster stock trial shrank below what the rounds before had
+            # spent by it (an LSTM LM's search, its budget 33 s after round 1, 24 s after
+            # round 2: 29 s spent "of a 24 s budget")
             out.budget_s = self.budget_s = self.budget_fraction * job_seconds(
-                base, self.job_steps)  # the job's time as stock measured it
+                base, self.job_steps)
         if base is None or base.s_per_step is None:  # nothing to compare with
             out.verdicts[self.stock.label()] = "stock failed: " + str(
                 base.failed if base else "not measured")

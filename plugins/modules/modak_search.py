@@ -32,7 +32,8 @@ description:
     affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
     and stock is kept), and after it, for a job of known steps (O(job_steps) or the plan's
     C(steps), stated or measured by its last full run), the budget is re-based on the
-    job's time at stock's measured speed.
+    job's time at stock's measured speed, once (a later round's stock trial does not
+    move it).
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial is not capped. In the first round what is
@@ -169,7 +170,7 @@ cap:
   description:
     - With O(cap_for) - the seconds after which the runtime stops that trial
       (C(MODAK_MAX_SECONDS)) - what the budget has left after the trials run so far (O(done)
-      included; re-based on stock's trial once it ran; in the first round, less a second
+      included; re-based on stock's first trial once it ran; in the first round, less a second
       stock trial's cost, kept to confirm the choice), shared equally among the round's
       candidates not yet run, less twice the job path's time outside the runtime's clock
       in stock's trial; null for stock's trial, which is not capped, and where the budget is

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from modak_runtime.probe import _triad_torch  # noqa: E402
+from modak_runtime.probe import N_TRIAD, triad_torch  # noqa: E402
 
 # (layer, input shape): the families' normalised tensors, small to large
 CASES = [("BatchNorm2d", (16, 144, 16, 16)), ("BatchNorm2d", (16, 96, 32, 32)),
@@ -63,7 +63,7 @@ def main() -> int:
     figures: dict[int, list[float]] = {i: [] for i in range(len(CASES))}
     bandwidths = []
     for _ in range(a.repeats):
-        bandwidths.append(_triad_torch(torch, 16 * 1024 * 1024, 1.0))
+        bandwidths.append(triad_torch(torch, N_TRIAD, 1.0))
         for i, (name, shape) in enumerate(CASES):
             x = torch.randn(*shape, requires_grad=True)
             figures[i].append(seconds(torch, layer(torch, name, shape), x)

@@ -28,6 +28,7 @@ from .session import host_facts
 
 SCHEMA = 1
 PROBE_KEY = "probe"
+N_TRIAD = 16 * 1024 * 1024  # the bandwidth triad's vectors, in fp32 elements
 
 
 def _best_rate(run: Callable[[], None], work: float, seconds: float) -> float:
@@ -58,7 +59,9 @@ def _matmul_torch(torch: Any, dtype: Any, n: int, seconds: float) -> float:
     return rate(n, seconds)
 
 
-def _triad_torch(torch: Any, n: int, seconds: float) -> float:
+def triad_torch(torch: Any, n: int, seconds: float) -> float:
+    """The bandwidth in GB/s of a triad over vectors of ``n`` fp32 (the probe's, with
+    ``N_TRIAD``), the best of about ``seconds``."""
     a, b, c = torch.rand(n), torch.rand(n), torch.empty(n)
     return _best_rate(lambda: torch.add(a, b, alpha=1.5, out=c), 3.0 * 4 * n, seconds) / 1e9
 
@@ -130,7 +133,7 @@ def measure(seconds: float = 8.0) -> dict[str, Any]:
                                         ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
                                         if os.environ.get(k)}}
     share = seconds / 4.0
-    n_mm, n_triad = 1024, 16 * 1024 * 1024  # 8 MB matrices; 64 MB vectors
+    n_mm, n_triad = 1024, N_TRIAD  # 8 MB matrices; 64 MB vectors
     try:
         import torch
         torch.set_num_threads(threads)
@@ -143,7 +146,7 @@ def measure(seconds: float = 8.0) -> dict[str, Any]:
         out["device"] = "cpu"
         out["gflops_fp32"] = round(_matmul_torch(torch, torch.float32, n_mm, share), 2)
         out["gflops_bf16"] = round(_matmul_torch(torch, torch.bfloat16, n_mm, share), 2)
-        out["bandwidth_gbs"] = round(_triad_torch(torch, n_triad, share), 2)
+        out["bandwidth_gbs"] = round(triad_torch(torch, n_triad, share), 2)
     except ImportError:
         try:
             import numpy as np

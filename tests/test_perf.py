@@ -145,7 +145,6 @@ def test_the_probe_measures_this_machine_within_a_sane_range():
         rec["gflops_bf16"] / rec["gflops_fp32"])
 
 
-
 def test_the_normalisations_cost_benchmark_measures_every_layer_it_names():
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, "benchmarks/norm_cost.py", "--repeats", "1",
@@ -164,6 +163,7 @@ def test_the_normalisations_cost_benchmark_measures_every_layer_it_names():
     # what the baseline's term rests on: a BatchNorm in training costs more than the
     # generic 8 bytes an element of its output (written and read back once)
     assert all(v > F.BYTES_PER_ELEMENT for (n, _), v in rows.items() if "Norm" in n), rows
+
 
 def test_modak_probe_remembers_the_figures_for_the_planner(tmp_path, monkeypatch, capsys):
     pytest.importorskip("torch")

@@ -435,16 +435,26 @@ class Halving:
         candidates not yet run, best-ranked first; the budget, re-based on stock's first
         trial once it ran; stock's trial in this round, None while it has not run)."""
         ran = {t.configuration: t for t in done}
-        base, budget = ran.get(self.stock), self.budget_s
-        if self.budget_fraction and not self.out.rounds and base is not None and \
-                base.s_per_step is not None:  # (re-based once: :meth:`record`)
-            budget = self.budget_fraction * job_seconds(base, self.job_steps)
+        base = ran.get(self.stock)
+        budget = self._budget(base, first_round=not self.out.rounds)
         left = budget - self.out.spent_s - sum(t.wall_s for t in done) - self.reserve(base)
         if base is None:  # (stock's trial still to come in this round)
             left -= (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
                      else self._first_trial_s())
         waiting = [c for c in self.pool if c != self.stock and c not in ran]
         return left, waiting, budget, base
+
+    def _budget(self, base: Optional[Trial], first_round: bool) -> float:
+        """The budget once stock's trial ``base`` has run in a round: with
+        ``budget_fraction``, in the first round, that fraction of the job's time as ``base``
+        measured it; else the budget as it stands.  Re-based once: re-based again on a
+        later, faster stock trial, it shrank below what the rounds before had spent by it
+        (an LSTM LM's search, its budget 33 s after round 1, 24 s after round 2: 29 s spent
+        "of a 24 s budget")."""
+        if first_round and self.budget_fraction and base is not None and \
+                base.s_per_step is not None:
+            return self.budget_fraction * job_seconds(base, self.job_steps)
+        return self.budget_s
 
     def reserve(self, base: Optional[Trial]) -> float:
         """What the first round's candidates leave of the budget for stock's second trial
@@ -522,14 +532,7 @@ class Halving:
         base = results.get(self.stock)
         if self.job_steps is None and base is not None:  # (a job that states no steps)
             self.job_steps = wall_steps(self.walltime_s, base.s_per_step)
-        if self.budget_fraction and out.rounds == 1 and base is not None and \
-                base.s_per_step is not None:
-            # the job's time as stock's first trial measured it, once: a budget re-based
-            # again on a later, faster stock trial shrank below what the rounds before had
-            # spent by it (an LSTM LM's search, its budget 33 s after round 1, 24 s after
-            # round 2: 29 s spent "of a 24 s budget")
-            out.budget_s = self.budget_s = self.budget_fraction * job_seconds(
-                base, self.job_steps)
+        out.budget_s = self.budget_s = self._budget(base, first_round=out.rounds == 1)
         if base is None or base.s_per_step is None:  # nothing to compare with
             out.verdicts[self.stock.label()] = "stock failed: " + str(
                 base.failed if base else "not measured")

@@ -3,9 +3,9 @@
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
         [--config C ...] [--store PATH] [--merge STORE ...]
-        [--csv modak_lib/data/transfer-campaign.csv] [--list]
+        [--csv modak_lib/data/transfer-campaign.csv.gz] [--list]
     .venv/bin/python benchmarks/transfer_campaign.py --refingerprint \
-        --csv modak_lib/data/transfer-campaign.csv
+        --csv modak_lib/data/transfer-campaign.csv.gz
 
 Every family is an ordinary PyTorch script (``benchmarks/families/``) run through the
 runtime (``python3 -m modak_runtime -- SCRIPT``), as a job runs it, with the MODAK_*
@@ -36,12 +36,13 @@ another ``boot_id``, is another target and gets its own runs), so it can run in 
 (``--minutes`` stops starting runs after so long); an empty store is first filled from
 ``--csv`` when that file exists (the committed campaign).  ``--csv`` then writes the
 store's campaign rows: MODAK ships that file (``modak_lib/data``), so that every model
-fit and ``modak model eval`` read it with the reference dataset.
+fit and ``modak model eval`` read it with the reference dataset (gzip-compressed, as
+a ``--csv`` name ending in ``.gz`` is written and read).
 
 On a GPU machine (a node of the cluster, or a lent one) the campaign runs as here, into a
 store of its own, say ``--target gpu --store gpu.sqlite``; the CPU targets there are that
 machine's many cores.  Back here, ``--merge gpu.sqlite --csv
-modak_lib/data/transfer-campaign.csv`` runs nothing: it adds that store's campaign rows
+modak_lib/data/transfer-campaign.csv.gz`` runs nothing: it adds that store's campaign rows
 that this store lacks and writes the CSV.
 
 Repeats go where the model is uncertain: ``--uncertain N`` runs one more round of the N
@@ -74,7 +75,7 @@ sys.path.insert(0, str(ROOT))
 
 from modak_lib.perf.features import TARGET_FIGURES  # noqa: E402
 from modak_lib.perf.probe import run_here  # noqa: E402
-from modak_lib.results import (COLUMNS, ResultsStore, parse_fom_lines,  # noqa: E402
+from modak_lib.results import (COLUMNS, ResultsStore, open_csv, parse_fom_lines,  # noqa: E402
                                row_from_fom)
 from modak_runtime.session import boot_id  # noqa: E402
 
@@ -253,7 +254,7 @@ def export(store: ResultsStore, path: Path) -> int:
         if r.get("source") == SOURCE and r.get("raw") not in seen:
             rows.append({**r, **described.get(machine(r), {})})
             seen.add(r.get("raw"))
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open_csv(path, "w") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
@@ -276,7 +277,7 @@ def seed(store: ResultsStore, path: Path) -> int:
     checkout resumes the committed campaign instead of starting again."""
     import csv
 
-    with open(path, newline="", encoding="utf-8") as f:
+    with open_csv(path) as f:
         rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
                 for r in csv.DictReader(f) if r.get("source") == SOURCE]
     if rows:
@@ -300,7 +301,7 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
     import csv
     import json
 
-    with open(path, newline="", encoding="utf-8") as f:
+    with open_csv(path) as f:
         rows = list(csv.DictReader(f))
     filled = 0
     for family in FAMILIES:
@@ -335,7 +336,7 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
             print(f"{family} b{variant}: {fp['fingerprint']}, elements/step "
                   f"{fp.get('elements_per_step')}, operations/step {fp.get('ops_per_step')}",
                   flush=True)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with open_csv(path, "w") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)

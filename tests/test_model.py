@@ -3,6 +3,7 @@ import json
 import math
 import multiprocessing
 import sqlite3
+import time
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,7 @@ from conftest import ROOT, request
 from modak_lib.perf import evaluate as ev, features as F, fit as m
 from modak_lib.models import Allocator, Configuration, Precision
 from modak_lib.pipeline import make_plan
-from modak_lib.results import COLUMNS, ResultsStore, StoreError, load_frame
+from modak_lib.results import COLUMNS, ResultsStore, StoreError, load_frame, open_csv
 
 pytest.importorskip("sklearn")
 
@@ -846,7 +847,7 @@ def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_pa
     campaign = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(campaign)
     cells = ("small-cnn/b0/2c/", "resnet18/b0/2c/", "mlp/b0/2c/", "gru/b0/2c/")
-    with open(ROOT / "modak_lib/data/transfer-campaign.csv", newline="") as f:
+    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
         rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
                 for r in csv.DictReader(f)  # (of the first machine: one description)
                 if any(r["run_id"].startswith("transfer/" + c) for c in cells)
@@ -938,7 +939,7 @@ def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, m
         "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
     campaign = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(campaign)
-    with open(ROOT / "modak_lib/data/transfer-campaign.csv", newline="") as f:
+    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
         raw = next(r["raw"] for r in csv.DictReader(f)
                    if r["run_id"] == "transfer/mlp/b0/2c/stock")
     ran = []
@@ -1018,6 +1019,42 @@ def test_a_gpu_machines_campaign_joins_the_shipped_one_as_a_target_of_its_own(tm
     assert "threads=1" not in gpu and {"stock", "compile", "bf16", "compile+bf16"} <= set(gpu)
     campaign.TCMALLOC = str(tmp_path / "no-such-libtcmalloc.so")
     assert "tcmalloc" not in campaign.configs_for("2c")
+
+
+def test_a_campaign_csv_named_gz_is_written_compressed_and_read_back_as_it_was(tmp_path):
+    """The shipped campaign is gzip-compressed (``--csv NAME.gz``): the export writes it so,
+    the same rows always as the same bytes (no time stamp: a commit changes the file only
+    when its rows change), a fresh store resumes from it, and the model's loader reads it
+    as a ``--data`` file; a plain ``.csv`` name stays plain text."""
+    import gzip
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
+    campaign = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(campaign)
+    store = ResultsStore(tmp_path / "campaign.sqlite")
+    store.append([{"recorded_at": f"2026-11-27T0{n}:00:00+00:00", "source": campaign.SOURCE,
+                   "run_id": "transfer/mlp/b0/2c/stock", "workload": "mlp",
+                   "framework": "pytorch", "compiler": "off", "allocator": "glibc",
+                   "precision": "fp32", "channels_last": 0, "onednn": 1, "status": "ok",
+                   "target": "2c", "boot_id": "a", "s_per_step": 0.1 + n / 100,
+                   "raw": json.dumps({"run": n, "note": "caf\u00e9, \"quoted\"\nline"})}
+                  for n in range(3)])
+    packed, plain = tmp_path / "campaign.csv.gz", tmp_path / "campaign.csv"
+    assert campaign.export(store, packed) == 3 == campaign.export(store, plain)
+    first = packed.read_bytes()
+    assert first[:2] == b"\x1f\x8b" and plain.read_bytes()[:2] != b"\x1f\x8b"
+    assert gzip.decompress(first) == plain.read_bytes()
+    time.sleep(1.1)  # (a time stamp in the header would differ now)
+    campaign.export(store, packed)
+    assert packed.read_bytes() == first
+    fresh = ResultsStore(tmp_path / "fresh.sqlite")
+    assert campaign.seed(fresh, packed) == 3
+    assert [r["raw"] for r in fresh.rows()] == [r["raw"] for r in store.rows()]
+    frame = load_frame(None, include_shipped=False, extra=[packed])
+    assert sorted(frame["s_per_step"]) == pytest.approx([0.1, 0.11, 0.12])
+    assert json.loads(frame["raw"].iloc[0])["note"] == "caf\u00e9, \"quoted\"\nline"
 
 
 def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(tmp_path):

@@ -36,7 +36,9 @@ description:
     move it).
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
-    ends its trial, not the budget; stock's trial is not capped. In the first round what is
+    ends its trial, not the budget; stock's trial in a round is not capped, its second trial
+    (alone, after the last round) is capped at what the budget has left less the job path's
+    time outside the runtime's clock in stock's trial before it. In the first round what is
     left is counted less as much again as stock's trial took and half a second (a capped
     trial ends a little past its cap), kept for stock's second trial. The cap runs on the
     runtime's clock, so a share is given less twice the job path's time outside that clock
@@ -173,8 +175,9 @@ cap:
       included; re-based on stock's first trial once it ran; in the first round, less a second
       stock trial's cost, kept to confirm the choice), shared equally among the round's
       candidates not yet run, less twice the job path's time outside the runtime's clock
-      in stock's trial; null for stock's trial, which is not capped, and where the budget is
-      unbounded.
+      in stock's trial; for stock's second trial, what the budget has left less that time
+      outside the clock once; null for stock's trial in a round, which is not capped, and
+      where the budget is unbounded.
   returned: with cap_for
   type: float
 skip:

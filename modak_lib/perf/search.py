@@ -246,7 +246,14 @@ class Outcome:
 
     def summary(self) -> str:
         return (f"chose {self.chosen.label()} after {len(self.trials)} trials in "
-                f"{self.rounds} round(s), {self.spent_s:.0f} s of a {self.budget_s:.0f} s budget")
+                f"{self.rounds} round(s), {_secs(self.spent_s)} s of a {_secs(self.budget_s)} s "
+                f"budget")
+
+
+def _secs(seconds: float) -> str:
+    """Seconds for a summary: whole ones, a tenth below ten (a budget re-based on a job
+    of 2.3 s read "4 s of a 0 s budget")."""
+    return f"{seconds:.0f}" if seconds >= 9.95 else f"{seconds:.1f}"
 
 
 def job_time(s_per_step: float, warmup_s: float, job_steps: Optional[int]) -> float:

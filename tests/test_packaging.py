@@ -84,6 +84,12 @@ def test_the_artefacts_carry_their_data_and_no_build_output(installed):
                    "modak_lib/templates/jobs/job.sh.j2", "modak_runtime/__main__.py"):
         assert needed in names
     assert any(n.endswith("licenses/LICENSES/Apache-2.0.txt") for n in names)
+    # setuptools copies the packages into build/lib and never empties it: a file removed or
+    # renamed since an earlier build (the campaign's CSV, now compressed) went on shipping
+    stale = [n for n in names if n.startswith(("modak_lib/", "modak_runtime/"))
+             and not (ROOT / n).exists()]
+    assert not stale, f"the wheel carries files the checkout no longer has: {stale} " \
+        "(left in build/lib by an earlier build: remove build/lib and build again)"
     with tarfile.open(installed.tarball) as tar:
         members = tar.getnames()
     assert "MANIFEST.json" in members and "LICENSES/GPL-3.0-or-later.txt" in members

@@ -133,7 +133,7 @@ def measure(seconds: float = 8.0) -> dict[str, Any]:
                                         ("ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
                                         if os.environ.get(k)}}
     share = seconds / 4.0
-    n_mm, n_triad = 1024, N_TRIAD  # 8 MB matrices; 64 MB vectors
+    n_mm = 1024  # 8 MB matrices (and N_TRIAD's 64 MB vectors)
     try:
         import torch
         torch.set_num_threads(threads)
@@ -146,13 +146,13 @@ def measure(seconds: float = 8.0) -> dict[str, Any]:
         out["device"] = "cpu"
         out["gflops_fp32"] = round(_matmul_torch(torch, torch.float32, n_mm, share), 2)
         out["gflops_bf16"] = round(_matmul_torch(torch, torch.bfloat16, n_mm, share), 2)
-        out["bandwidth_gbs"] = round(triad_torch(torch, n_triad, share), 2)
+        out["bandwidth_gbs"] = round(triad_torch(torch, N_TRIAD, share), 2)
     except ImportError:
         try:
             import numpy as np
             out["library"] = f"numpy {np.__version__}"
             out["gflops_fp32"] = round(_matmul_numpy(np, n_mm, share), 2)
-            out["bandwidth_gbs"] = round(_triad_numpy(np, n_triad, share), 2)
+            out["bandwidth_gbs"] = round(_triad_numpy(np, N_TRIAD, share), 2)
         except ImportError:
             out["error"] = "neither torch nor numpy in this image: nothing to measure with"
     out["seconds"] = round(time.perf_counter() - started, 2)

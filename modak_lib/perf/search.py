@@ -228,6 +228,13 @@ def beyond_cap(stock: Optional[Trial]) -> float:
     return OUTSIDE_SCATTER * outside_clock(stock)
 
 
+def _as_cap(seconds: float, stock: Optional[Trial]) -> float:
+    """``seconds`` as a trial's time cap: to a tenth of a second, down (a share rounded up
+    eats into what is kept for stock's second trial), and at least :func:`shortest_cap`
+    judged by ``stock``'s trial."""
+    return max(math.floor(10 * seconds + 1e-6) / 10, round(shortest_cap(stock), 1))
+
+
 def time_capped(failed: Optional[str], error: Optional[dict]) -> bool:
     """Whether a failed trial is one its time cap stopped before it measured a step time:
     the runtime's record says so with an error of type ``TimeCap`` (:attr:`Trial.capped`)."""
@@ -394,16 +401,13 @@ class Halving:
         if configuration == self.stock:
             return self._confirmation_cap() if self.confirming else None
         left, waiting, _, base = self._share(done)
-        share = left / max(1, self._afforded(left, waiting, base)) - beyond_cap(base)
-        # (to a tenth of a second, down: a share rounded up eats into what is kept for
-        # stock's second trial)
-        return max(math.floor(10 * share + 1e-6) / 10, round(shortest_cap(base), 1))
+        return _as_cap(left / max(1, self._afforded(left, waiting, base)) - beyond_cap(base),
+                       base)
 
     def _confirmation_cap(self) -> float:
         """The time cap of stock's second trial (see :meth:`cap`)."""
         base = self.last.get(self.stock)
-        left = self.budget_s - self.out.spent_s - outside_clock(base)
-        return max(math.floor(10 * left + 1e-6) / 10, round(shortest_cap(base), 1))
+        return _as_cap(self.budget_s - self.out.spent_s - outside_clock(base), base)
 
     def skip(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[str]:
         """Why this round's trial of ``configuration`` is not run (None: it runs): once

@@ -76,7 +76,7 @@ sys.path.insert(0, str(ROOT))
 from modak_lib.perf.features import TARGET_FIGURES  # noqa: E402
 from modak_lib.perf.probe import run_here  # noqa: E402
 from modak_lib.results import (COLUMNS, ResultsStore, open_csv, parse_fom_lines,  # noqa: E402
-                               row_from_fom)
+                               row_from_fom, write_csv)
 from modak_runtime.session import boot_id  # noqa: E402
 
 FAMILIES_DIR = ROOT / "benchmarks" / "families"
@@ -245,8 +245,6 @@ def export(store: ResultsStore, path: Path) -> int:
     """The store's campaign rows (each raw record once) as CSV, for
     ``modak model eval --data PATH``; each target of each machine described by
     :func:`descriptions`."""
-    import csv
-
     rows, seen = [], set()
     all_rows = store.rows()
     described = descriptions(all_rows)
@@ -254,11 +252,7 @@ def export(store: ResultsStore, path: Path) -> int:
         if r.get("source") == SOURCE and r.get("raw") not in seen:
             rows.append({**r, **described.get(machine(r), {})})
             seen.add(r.get("raw"))
-    with open_csv(path, "w") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    return len(rows)
+    return write_csv(path, rows)
 
 
 def merge(store: ResultsStore, other: Path) -> int:
@@ -336,10 +330,7 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
             print(f"{family} b{variant}: {fp['fingerprint']}, elements/step "
                   f"{fp.get('elements_per_step')}, operations/step {fp.get('ops_per_step')}",
                   flush=True)
-    with open_csv(path, "w") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(path, rows)
     return filled
 
 

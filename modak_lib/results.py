@@ -56,6 +56,16 @@ def open_csv(path: str | Path, mode: str = "r"):
                             newline="")
 
 
+def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> int:
+    """``rows`` as a measurements CSV (the store's columns, in order; other keys left out),
+    through :func:`open_csv`; how many were written."""
+    with open_csv(path, "w") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
+
+
 def default_path() -> Path:
     return data_file("MODAK_RESULTS", "results.sqlite")
 
@@ -244,12 +254,7 @@ class ResultsStore:
             con.close()
 
     def export_csv(self, path: str | Path) -> int:
-        rows = self.rows()
-        with open_csv(path, "w") as f:
-            w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
-            w.writeheader()
-            w.writerows(rows)
-        return len(rows)
+        return write_csv(path, self.rows())
 
 
 def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,

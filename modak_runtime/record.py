@@ -47,6 +47,11 @@ class Fingerprint:
     # operations one step dispatched (forward, backward, update; views and casts excluded):
     # each pays the framework's per-operation overhead, which FLOPs and traffic do not show
     ops_per_step: Optional[int] = None
+    # time steps one step's recurrent layers (nn.RNN, nn.LSTM, nn.GRU) ran in sequence in its
+    # forward: each call's sequence length times its layers, summed.  A fused layer (cuDNN's,
+    # oneDNN's) is one dispatched operation whatever its length, but its steps run one after
+    # the other, each a few kernels on a GPU
+    recurrent_steps: Optional[int] = None
     flop_share: dict[str, float] = field(default_factory=dict)  # FLOP_KINDS -> share (forward)
     # the share of the forward FLOPs in grouped convolutions (depthwise ones: a
     # MobileNet's, a ConvNeXt's), part of conv's: few FLOPs for the traffic they make
@@ -120,6 +125,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "flops_per_step": ("REAL", "fingerprint.flops_per_step"),
     "elements_per_step": ("REAL", "fingerprint.elements_per_step"),
     "ops_per_step": ("INTEGER", "fingerprint.ops_per_step"),
+    "recurrent_steps": ("INTEGER", "fingerprint.recurrent_steps"),
     **{f"flops_{k}": ("REAL", f"fingerprint.flop_share.{k}") for k in FLOP_KINDS},
     "flops_grouped": ("REAL", "fingerprint.grouped_share"),
     "batch_size": ("INTEGER", "fingerprint.batch_size"),

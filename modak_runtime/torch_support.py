@@ -375,6 +375,7 @@ class _FlopCounter:
         self.elements = 0.0  # tensor elements the step's operations wrote (no views, no casts)
         self.ops = 0  # the operations the step dispatched (no views, no casts): each pays
         #               the framework's per-operation overhead in eager mode
+        self.recurrent_steps = 0  # time steps its recurrent layers ran in sequence (forward)
         self.forward: dict[str, float] = defaultdict(float)
         self.grouped = 0.0  # forward FLOPs of grouped (depthwise) convolutions
         self.stack: list[str] = []
@@ -404,6 +405,8 @@ class _FlopCounter:
         def pre(module, args):
             kind = module_kind(module)
             self.stack.append(kind or "")
+            if kind == "recurrent":
+                self.recurrent_steps += _sequence_steps(module, args)
             if id(module) in roots and fp.batch_size is None:
                 first = _first_tensor(args, self.torch.Tensor)
                 if first is not None:
@@ -498,12 +501,32 @@ class _FlopCounter:
         fp.flops_per_step = self.total
         fp.elements_per_step = self.elements or None
         fp.ops_per_step = self.ops or None
+        fp.recurrent_steps = self.recurrent_steps
         fp.flop_share = {k: (self.forward.get(k, 0.0) / fwd if fwd else 0.0) for k in FLOP_KINDS}
         fp.grouped_share = self.grouped / fwd if fwd else 0.0
         fp.method = "torch dispatch: torch.utils.flop_counter formulas, one step"
         if self.matmul_dtypes:
             s.effect["matmul_dtype"] = max(self.matmul_dtypes, key=self.matmul_dtypes.get)
         fp.id = fingerprint_id("pytorch", fp)
+
+
+def _sequence_steps(module: Any, args) -> int:
+    """The time steps a call of a whole recurrent layer stack (``nn.RNN``, ``nn.LSTM``,
+    ``nn.GRU``) runs in sequence: its input's sequence length times its layers (0 for a
+    cell, ``nn.LSTMCell`` and the like: one time step a call, whose operations the count of
+    dispatched operations already has)."""
+    layers = getattr(module, "num_layers", None)
+    if not isinstance(layers, int) or not args:
+        return 0
+    x = args[0]
+    sizes = getattr(x, "batch_sizes", None)  # a PackedSequence: a batch size per time step
+    if sizes is not None:
+        return int(sizes.numel()) * layers
+    shape = getattr(x, "shape", None)
+    if shape is None or len(shape) not in (2, 3):
+        return 0
+    batch_first = len(shape) == 3 and bool(getattr(module, "batch_first", False))
+    return int(shape[1] if batch_first else shape[0]) * layers
 
 
 def _grouped_conv_backward(args) -> float:

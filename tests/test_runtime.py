@@ -282,6 +282,7 @@ def test_fingerprint_of_the_papers_mnist_cnn_matches_a_count_by_hand():
     # the operations it dispatched: at least each layer's forward and backward (2 x 9), at
     # most a few per layer and per parameter tensor (the optimizer's update)
     assert 18 <= fp["ops_per_step"] <= 10 * (9 + 8)
+    assert fp["recurrent_steps"] == 0  # (no recurrent layer)
     # bf16's casts are the configuration's, not the workload's: the same count
     rc, _, bf16, err = run(ROOT / "workloads/train.py", "--steps", "2", "--warmup", "0",
                            env={"MODAK_PRECISION": "bf16"})
@@ -359,6 +360,28 @@ def test_fingerprint_of_an_lstm_counts_its_recurrent_layers():
     linear = 2 * rows * 32 * 5
     assert fp["flop_share"]["recurrent"] == pytest.approx(lstm / (lstm + linear))
     assert fp["flops_per_step"] == pytest.approx(3 * (lstm + linear))
+    # its ten time steps in sequence through each of its two layers (batch first)
+    assert fp["recurrent_steps"] == 10 * 2
+
+
+def test_a_recurrent_layers_time_steps_are_counted_from_its_input():
+    """A fused recurrent layer is one dispatched operation whatever its length: its time
+    steps in sequence are counted from the module's input (time first or batch first,
+    unbatched, packed), times its layers; a cell, one step a call whose operations are
+    dispatched one by one, adds none."""
+    torch = need("torch")
+    from torch import nn
+    from modak_runtime.torch_support import _sequence_steps
+
+    gru = nn.GRU(8, 16, num_layers=3)
+    assert _sequence_steps(gru, (torch.zeros(7, 4, 8),)) == 7 * 3  # (time, batch, features)
+    assert _sequence_steps(gru, (torch.zeros(7, 8),)) == 7 * 3  # unbatched
+    first = nn.LSTM(8, 16, num_layers=2, batch_first=True)
+    assert _sequence_steps(first, (torch.zeros(4, 9, 8),)) == 9 * 2
+    packed = nn.utils.rnn.pack_padded_sequence(torch.zeros(4, 9, 8), [9, 6, 5, 2],
+                                               batch_first=True)
+    assert _sequence_steps(first, (packed,)) == 9 * 2
+    assert _sequence_steps(nn.LSTMCell(8, 16), (torch.zeros(4, 8),)) == 0
 
 
 def test_a_recurrent_network_on_the_gpu_counts_as_on_the_cpu():

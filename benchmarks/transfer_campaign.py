@@ -54,7 +54,10 @@ measurements the model predicts worst with each configuration held out in turn
 (two steps, stock, through the runtime) and writes the fingerprint's columns that the
 CSV's rows of that fingerprint lack, such as a figure a newer runtime counts
 (``elements_per_step``); a fingerprint whose id differs from the rows' is an error (the
-script or PyTorch changed: the measurements are of another workload).  ``--recount
+script or PyTorch changed: the measurements are of another workload), except on an
+accelerator's rows of the same parameters, batch and input shape, whose device counted its
+own operations (the H100's attention kernels): those get only what the runtime counts from
+the model's modules (``recurrent_steps``).  ``--recount
 FAMILY`` replaces that family's fingerprint instead, id included, where the runtime counted
 it wrong (an operation it had no FLOP formula for), as long as the parameters, the batch
 and the input shape are the rows' own.
@@ -282,11 +285,14 @@ def seed(store: ResultsStore, path: Path) -> int:
 
 # the fingerprint's columns, as the store names them
 FINGERPRINT_COLUMNS = ["trainable_parameters", "flops_per_step", "elements_per_step",
-                       "ops_per_step", "input_shape",
+                       "ops_per_step", "recurrent_steps", "input_shape",
                        *(c for c in COLUMNS if c.startswith("flops_") and c != "flops_per_step")]
 
 
 SAME_WORKLOAD = ("trainable_parameters", "batch_size", "input_shape")
+# what the runtime counts from the model's modules, not from the operations dispatched: the
+# same on any device
+DEVICE_FREE = ("recurrent_steps",)
 
 
 def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
@@ -308,10 +314,19 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
                 continue
             fp = row_from_fom(run_one(family, variant, "2c", "stock", 2), source=SOURCE)
             for r in mine:
-                if family in recount and all(
-                        str(fp.get(c)) == str(json.loads(r[c]) if c == "input_shape"
-                                              else int(float(r[c])))
-                        for c in SAME_WORKLOAD if r.get(c)):
+                same = all(str(fp.get(c)) == str(json.loads(r[c]) if c == "input_shape"
+                                                 else int(float(r[c])))
+                           for c in SAME_WORKLOAD if r.get(c))
+                if family not in recount and r.get("accelerator") and same and \
+                        r.get("fingerprint") and r["fingerprint"] != fp["fingerprint"]:
+                    # an accelerator's fingerprint counts the operations its device ran (the
+                    # H100's attention kernels): of this one, only what the modules say
+                    for c in DEVICE_FREE:
+                        if not r.get(c) and fp.get(c) is not None:
+                            r[c] = str(fp[c])
+                            filled += 1
+                    continue
+                if family in recount and same:
                     # (an accelerator's row keeps the operations its device dispatched: a
                     # GPU runs a GRU as one fused call where the CPU runs it step by step)
                     r.update(fingerprint="", **{c: "" for c in FINGERPRINT_COLUMNS

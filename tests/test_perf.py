@@ -112,6 +112,19 @@ def test_the_baseline_adds_the_operations_at_the_probes_time_each_or_the_cpus():
     assert F.baseline({**gpu, "ops_per_step": None}) == pytest.approx(math.log(arithmetic))
 
 
+def test_the_baseline_adds_a_gpus_recurrent_time_steps_but_not_a_cpus():
+    fp32 = {**ROW, "precision": "fp32", "threads": 2, "ops_per_step": 30}
+    gpu = {**fp32, "accelerator": "H100", "op_us": 6.0}
+    # 128 time steps in sequence (a two-layer GRU over 64): RECURRENT_KERNELS operations
+    # each at the probe's time of one, on top of the 30 dispatched operations
+    assert math.exp(F.baseline({**gpu, "recurrent_steps": 128})) - math.exp(F.baseline(gpu)) \
+        == pytest.approx(128 * F.RECURRENT_KERNELS * 6e-6)
+    # a CPU: the steps run in the library's loop, or are dispatched one by one and counted
+    assert F.baseline({**fp32, "recurrent_steps": 128}) == pytest.approx(F.baseline(fp32))
+    for none in (0, None):
+        assert F.baseline({**gpu, "recurrent_steps": none}) == pytest.approx(F.baseline(gpu))
+
+
 def test_what_the_model_lacks_is_said():
     assert F.missing(ROW) == []
     lacking = F.missing({**ROW, "flops_per_step": None, "gflops_fp32": None})

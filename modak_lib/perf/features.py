@@ -25,7 +25,8 @@ traffic (weights, gradients, the optimizer's update) at that bandwidth, plus the
 the step dispatches at a fixed cost each: on a GPU the time of one small operation its probe
 measured (its launch overhead: a small step on a fast GPU is mostly that), on a CPU
 :data:`CPU_OP_US` (eager PyTorch's dispatch: a step of thousands of small operations, a
-recurrent cell stepped in Python, is mostly that). A target whose bf16 rate is 1/50 of its
+recurrent cell stepped in Python, is mostly that); and on a GPU the time steps of its fused
+recurrent layers, a few kernels each in sequence (:data:`RECURRENT_KERNELS`). A target whose bf16 rate is 1/50 of its
 fp32 rate (no native bf16) makes the arithmetic of a bf16 configuration 50x slower at
 baseline before any data says so, but not its memory traffic: a step that is mostly traffic
 (embeddings, small layers) loses far less; a job given one thread of two gets half the
@@ -41,7 +42,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 8  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 9  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 # the forward FLOPs' shares by layer kind (+ other = the rest), and ``grouped``: the part of
@@ -60,7 +61,7 @@ CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
 # it; a CPU's leaves it out: there the operations' overhead is not a term of the baseline)
 TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs", "op_us")
 # the workload's figures from its fingerprint (besides its parameters and batch)
-WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step",
+WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step", "recurrent_steps",
                     *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
@@ -79,6 +80,14 @@ STEP_OVER_FORWARD = 3.0
 # CPU's): eager PyTorch's dispatch of an operation and its gradient, not measured but fitted:
 # of 5, 10, 15 and 30 us, 10 gave the held-out families the lowest error (see the README)
 CPU_OP_US = 10.0
+# the kernels a GPU runs in sequence for each time step of each layer of a fused recurrent
+# layer (cuDNN's LSTM or GRU: the hidden state's matrix product and the gates' element-wise
+# kernel, in the forward and again in the backward), each at the probe's time of one small
+# operation: the step's time steps are not in its dispatched operations (one call runs them
+# all) and not in its FLOPs. Of 2, 4 and 8 kernels, 2 and 4 gave the held-out families the
+# lowest error (see the README); 4 is the count. A CPU runs the steps in the library's loop
+# (oneDNN's LSTM) or dispatches each step's operations, which ``ops_per_step`` counts
+RECURRENT_KERNELS = 4.0
 # a configuration's knobs at their framework defaults (and its threads: all cores)
 STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
          "onednn": 1}
@@ -227,8 +236,10 @@ def baseline(row: dict[str, Any]) -> float:
     :data:`NORM_BYTES_PER_ELEMENT` over it, at the threads' share of the cores; plus its
     trainable parameters at :data:`BYTES_PER_PARAMETER` over that bandwidth; plus the
     operations the step dispatches (``ops_per_step``) at the time of one operation the
-    target's probe measured (``op_us``: a GPU's), else at :data:`CPU_OP_US` each. NaN when a
-    figure is missing (``missing`` says which)."""
+    target's probe measured (``op_us``: a GPU's), else at :data:`CPU_OP_US` each; plus, on a
+    GPU (``op_us`` measured), its recurrent layers' time steps (``recurrent_steps``) at
+    :data:`RECURRENT_KERNELS` operations each. NaN when a figure is missing (``missing`` says
+    which)."""
     flops, gflops = _float(row.get("flops_per_step")), _float(row.get("gflops_fp32"))
     if not (flops > 0 and gflops > 0):
         return math.nan
@@ -252,6 +263,9 @@ def baseline(row: dict[str, Any]) -> float:
     ops, op_us = _float(row.get("ops_per_step")), _float(row.get("op_us"))
     if ops > 0:
         seconds += ops * (op_us if op_us > 0 else CPU_OP_US) * 1e-6
+    steps = _float(row.get("recurrent_steps"))
+    if steps > 0 and op_us > 0:
+        seconds += steps * RECURRENT_KERNELS * op_us * 1e-6
     return math.log(seconds)
 
 

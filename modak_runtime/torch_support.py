@@ -406,7 +406,10 @@ class _FlopCounter:
             kind = module_kind(module)
             self.stack.append(kind or "")
             if kind == "recurrent":
-                self.recurrent_steps += _sequence_steps(module, args)
+                try:
+                    self.recurrent_steps += _sequence_steps(module, args)
+                except Exception:  # (a module of the script's own making: counted as none)
+                    pass
             if id(module) in roots and fp.batch_size is None:
                 first = _first_tensor(args, self.torch.Tensor)
                 if first is not None:

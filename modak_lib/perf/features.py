@@ -26,12 +26,12 @@ the step dispatches at a fixed cost each: on a GPU the time of one small operati
 measured (its launch overhead: a small step on a fast GPU is mostly that), on a CPU
 :data:`CPU_OP_US` (eager PyTorch's dispatch: a step of thousands of small operations, a
 recurrent cell stepped in Python, is mostly that); and on a GPU the time steps of its fused
-recurrent layers, a few kernels each in sequence (:data:`RECURRENT_KERNELS`). A target whose bf16 rate is 1/50 of its
-fp32 rate (no native bf16) makes the arithmetic of a bf16 configuration 50x slower at
-baseline before any data says so, but not its memory traffic: a step that is mostly traffic
-(embeddings, small layers) loses far less; a job given one thread of two gets half the
-arithmetic rate. What the data must teach is only the remaining efficiency: of a layer kind,
-of a compiler, of a small batch.
+recurrent layers, a few kernels each in sequence (:data:`RECURRENT_KERNELS`). A target
+whose bf16 rate is 1/50 of its fp32 rate (no native bf16) makes the arithmetic of a bf16
+configuration 50x slower at baseline before any data says so, but not its memory traffic: a
+step that is mostly traffic (embeddings, small layers) loses far less; a job given one
+thread of two gets half the arithmetic rate. What the data must teach is only the
+remaining efficiency: of a layer kind, of a compiler, of a small batch.
 
 So a workload never measured on a target, or a target never seen, is described by numbers
 the model has seen the like of.  Standard library only: the planner evaluates an exported

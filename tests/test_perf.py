@@ -214,6 +214,12 @@ def test_a_gpu_probes_operation_time_reaches_the_planners_rows(tmp_path, monkeyp
     row = candidate_rows(req, [decide(req).chosen], workload=workload)[0]
     assert row["op_us"] == 7.0 and row["ops_per_step"] == 400
     assert math.exp(F.baseline(row)) > 400 * 7e-6
+    # and so do a recurrent workload's time steps: each a few operations on the GPU
+    gru = candidate_rows(req, [decide(req).chosen],
+                         workload={**workload, "recurrent_steps": 128})[0]
+    assert gru["recurrent_steps"] == 128
+    assert math.exp(F.baseline(gru)) - math.exp(F.baseline(row)) == pytest.approx(
+        128 * F.RECURRENT_KERNELS * 7e-6)
     # an infrastructure file's rates win, and the probe's operation time is still kept
     given = request(target={**target, "peak_gflops": 40000.0, "memory_bandwidth_gbs": 2000.0})
     assert P.target_figures(given.target) == {"gflops_fp32": 40000.0, "gflops_bf16": None,

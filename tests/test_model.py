@@ -1056,6 +1056,47 @@ def test_a_campaign_csv_named_gz_is_written_compressed_and_read_back_as_it_was(t
     assert json.loads(frame["raw"].iloc[0])["note"] == "caf\u00e9, \"quoted\"\nline"
 
 
+def test_refingerprint_fills_a_new_count_and_an_accelerators_rows_only_what_the_modules_say(
+        tmp_path, monkeypatch):
+    """``--refingerprint`` fills a figure a newer runtime counts into the rows of each
+    fingerprint it runs again; a GPU's rows of the same workload (its parameters, batch and
+    input shape) whose device counted other operations keep their own fingerprint and get
+    only what is counted from the modules (``recurrent_steps``); any other row whose
+    fingerprint differs stops it, the CSV unchanged."""
+    import csv
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
+    campaign = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(campaign)
+    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
+        cpu = next(r for r in csv.DictReader(f)
+                   if r["run_id"] == "transfer/gru/b0/2c/stock" and not r["accelerator"])
+    record = json.loads(cpu["raw"])
+    record["fingerprint"]["recurrent_steps"] = 128
+    monkeypatch.setattr(campaign, "run_one", lambda *a, **k: json.loads(json.dumps(record)))
+    cpu = {**cpu, "recurrent_steps": ""}
+    gpu = {**cpu, "run_id": "transfer/gru/b0/gpu/stock", "accelerator": "H100",
+           "fingerprint": "fp-device00000", "ops_per_step": "30"}
+    path = tmp_path / "campaign.csv"
+    campaign.write_csv(path, [cpu, gpu])
+    assert campaign.refingerprint(path) == 2
+    with open_csv(path) as f:
+        here, there = list(csv.DictReader(f))
+    assert here["recurrent_steps"] == there["recurrent_steps"] == "128"
+    assert here["fingerprint"] == record["fingerprint"]["id"] == cpu["fingerprint"]
+    assert (there["fingerprint"], there["ops_per_step"]) == ("fp-device00000", "30")
+    # another workload under the same name: not the measured one, on either device
+    for wrong in ({**cpu, "fingerprint": "fp-other000000"},
+                  {**gpu, "trainable_parameters": "7"}):
+        campaign.write_csv(path, [wrong])
+        before = path.read_bytes()
+        with pytest.raises(SystemExit, match="not the measured workload"):
+            campaign.refingerprint(path)
+        assert path.read_bytes() == before
+
+
 def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(tmp_path):
     """An installed MODAK fits its first model (the quick estimators) on the shipped datasets:
     the transfer campaign is among them, read once even when named again with --data, and

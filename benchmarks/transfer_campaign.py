@@ -295,6 +295,16 @@ SAME_WORKLOAD = ("trainable_parameters", "batch_size", "input_shape")
 DEVICE_FREE = ("recurrent_steps",)
 
 
+def _same_workload(fp: dict, row: dict) -> bool:
+    """Whether a CSV row has the fingerprint ``fp``'s parameters, batch and input shape
+    (:data:`SAME_WORKLOAD`; a value the row lacks is not compared)."""
+    import json
+
+    return all(str(fp.get(c)) == str(json.loads(row[c]) if c == "input_shape"
+                                     else int(float(row[c])))
+               for c in SAME_WORKLOAD if row.get(c))
+
+
 def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
     """Fill the fingerprint columns the CSV's rows lack; for the ``recount`` families,
     replace them all (see the module docstring)."""
@@ -314,30 +324,27 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
                 continue
             fp = row_from_fom(run_one(family, variant, "2c", "stock", 2), source=SOURCE)
             for r in mine:
-                same = all(str(fp.get(c)) == str(json.loads(r[c]) if c == "input_shape"
-                                                 else int(float(r[c])))
-                           for c in SAME_WORKLOAD if r.get(c))
-                if family not in recount and r.get("accelerator") and same and \
-                        r.get("fingerprint") and r["fingerprint"] != fp["fingerprint"]:
+                columns = FINGERPRINT_COLUMNS
+                if family not in recount and r.get("accelerator") and r.get("fingerprint") \
+                        and r["fingerprint"] != fp["fingerprint"] and _same_workload(fp, r):
                     # an accelerator's fingerprint counts the operations its device ran (the
                     # H100's attention kernels): of this one, only what the modules say
-                    for c in DEVICE_FREE:
-                        if not r.get(c) and fp.get(c) is not None:
-                            r[c] = str(fp[c])
-                            filled += 1
-                    continue
-                if family in recount and same:
-                    # (an accelerator's row keeps the operations its device dispatched: a
-                    # GPU runs a GRU as one fused call where the CPU runs it step by step)
-                    r.update(fingerprint="", **{c: "" for c in FINGERPRINT_COLUMNS
-                                                if c != "ops_per_step" or not r.get("accelerator")})
-                if r.get("fingerprint") and r["fingerprint"] != fp["fingerprint"]:
-                    raise SystemExit(f"{family} b{variant}: the fingerprint is now "
-                                     f"{fp['fingerprint']}, the CSV's rows have "
-                                     f"{r['fingerprint']}: not the measured workload")
-                if not r.get("fingerprint"):
-                    r["fingerprint"] = fp["fingerprint"]
-                for c in FINGERPRINT_COLUMNS:
+                    columns = DEVICE_FREE
+                else:
+                    if family in recount and _same_workload(fp, r):
+                        # (an accelerator's row keeps the operations its device dispatched:
+                        # a GPU runs a GRU as one fused call where the CPU runs it step by
+                        # step)
+                        r.update(fingerprint="", **{
+                            c: "" for c in FINGERPRINT_COLUMNS
+                            if c != "ops_per_step" or not r.get("accelerator")})
+                    if r.get("fingerprint") and r["fingerprint"] != fp["fingerprint"]:
+                        raise SystemExit(f"{family} b{variant}: the fingerprint is now "
+                                         f"{fp['fingerprint']}, the CSV's rows have "
+                                         f"{r['fingerprint']}: not the measured workload")
+                    if not r.get("fingerprint"):
+                        r["fingerprint"] = fp["fingerprint"]
+                for c in columns:
                     if not r.get(c) and fp.get(c) is not None:
                         v = fp[c]
                         r[c] = json.dumps(v) if isinstance(v, list) else str(v)

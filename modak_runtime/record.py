@@ -52,6 +52,10 @@ class Fingerprint:
     # oneDNN's) is one dispatched operation whatever its length, but its steps run one after
     # the other, each a few kernels on a GPU
     recurrent_steps: Optional[int] = None
+    # backward passes in the step (gradient accumulation: the optimizer steps once every
+    # so many micro-batches of ``batch_size``); None where the script ran none through
+    # ``torch.autograd.backward`` (its own ``torch.autograd.grad``, Keras)
+    micro_batches: Optional[int] = None
     flop_share: dict[str, float] = field(default_factory=dict)  # FLOP_KINDS -> share (forward)
     # the share of the forward FLOPs in grouped convolutions (depthwise ones: a
     # MobileNet's, a ConvNeXt's), part of conv's: few FLOPs for the traffic they make
@@ -126,6 +130,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "elements_per_step": ("REAL", "fingerprint.elements_per_step"),
     "ops_per_step": ("INTEGER", "fingerprint.ops_per_step"),
     "recurrent_steps": ("INTEGER", "fingerprint.recurrent_steps"),
+    "micro_batches": ("INTEGER", "fingerprint.micro_batches"),
     **{f"flops_{k}": ("REAL", f"fingerprint.flop_share.{k}") for k in FLOP_KINDS},
     "flops_grouped": ("REAL", "fingerprint.grouped_share"),
     "batch_size": ("INTEGER", "fingerprint.batch_size"),

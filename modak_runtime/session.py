@@ -271,8 +271,9 @@ class Session:
         m.warmup_steps, m.timed_steps = warm, len(intervals)
         m.s_per_step, m.steps_per_s = s, 1.0 / s
         m.s_per_step_median = statistics.median(intervals)
-        if self.fingerprint.batch_size:
-            m.samples_per_s = self.fingerprint.batch_size / s
+        if self.fingerprint.batch_size:  # (each micro-batch of an accumulated step)
+            m.samples_per_s = self.fingerprint.batch_size * (
+                self.fingerprint.micro_batches or 1) / s
         m.warmup_s = max(0.0, (ends[warm - 1] - (self.t_train or self.t_start)) - warm * s)
         return m
 

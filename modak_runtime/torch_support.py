@@ -136,6 +136,7 @@ class _Torch:
             if counter is None:
                 return original_backward(tensors, *args, **kwargs)
             counter.in_backward = True
+            counter.backwards += 1
             try:
                 return original_backward(tensors, *args, **kwargs)
             finally:
@@ -376,6 +377,11 @@ class _FlopCounter:
         self.ops = 0  # the operations the step dispatched (no views, no casts): each pays
         #               the framework's per-operation overhead in eager mode
         self.recurrent_steps = 0  # time steps its recurrent layers ran in sequence (forward)
+        # backward passes and calls of the trained modules: several of each where the
+        # script accumulates gradients over micro-batches (one loss's several backward
+        # passes, or a Siamese network's several calls, are one micro-batch)
+        self.backwards = 0
+        self.calls = 0
         self.forward: dict[str, float] = defaultdict(float)
         self.grouped = 0.0  # forward FLOPs of grouped (depthwise) convolutions
         self.stack: list[str] = []
@@ -410,6 +416,8 @@ class _FlopCounter:
                     self.recurrent_steps += _sequence_steps(module, args)
                 except Exception:  # (a module of the script's own making: counted as none)
                     pass
+            if id(module) in roots:
+                self.calls += 1
             if id(module) in roots and fp.batch_size is None:
                 first = _first_tensor(args, self.torch.Tensor)
                 if first is not None:
@@ -505,6 +513,7 @@ class _FlopCounter:
         fp.elements_per_step = self.elements or None
         fp.ops_per_step = self.ops or None
         fp.recurrent_steps = self.recurrent_steps
+        fp.micro_batches = min(self.backwards, self.calls) or None
         fp.flop_share = {k: (self.forward.get(k, 0.0) / fwd if fwd else 0.0) for k in FLOP_KINDS}
         fp.grouped_share = self.grouped / fwd if fwd else 0.0
         fp.method = "torch dispatch: torch.utils.flop_counter formulas, one step"

@@ -347,6 +347,55 @@ def test_fingerprint_of_a_transformer_counts_attention():
     assert rec["fingerprint"]["trainable_parameters"] == v * d + seq * d + 2 * block + d * v + v
 
 
+ACCUMULATING = """
+import sys
+import torch
+
+mode = sys.argv[1]
+torch.manual_seed(3)
+x, y = torch.randn(256, 32), torch.randn(256, 1)
+net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+mse = torch.nn.functional.mse_loss
+for step in range(6):
+    opt.zero_grad()
+    if mode == "accumulate":  # two micro-batches of 128, one optimizer step
+        for k in range(2):
+            (mse(net(x[128 * k:128 * (k + 1)]), y[128 * k:128 * (k + 1)]) / 2).backward()
+    elif mode == "two-losses":  # one batch of 256, a backward pass per loss
+        out = net(x)
+        mse(out, y).backward(retain_graph=True)
+        out.abs().mean().backward()
+    else:  # siamese: the network called on two halves, one loss
+        mse(net(x[:128]) - net(x[128:]), y[:128] - y[128:]).backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("mode, batch, micro, passes", [
+    ("accumulate", 128, 2, 1), ("two-losses", 256, 1, 2), ("siamese", 128, 1, 1)])
+def test_a_step_that_accumulates_gradients_counts_its_micro_batches(tmp_path, mode, batch, micro,
+                                                                   passes):
+    """Gradient accumulation: the optimizer steps once every few backward passes, each over
+    a micro-batch of the batch the network is called with. The step trains on all of them
+    (the fingerprint's FLOPs already count them; its throughput in samples too); a loss's
+    several backward passes, or a network called twice for one loss, are one micro-batch."""
+    need("torch")
+    script = tmp_path / "accumulate.py"
+    script.write_text(ACCUMULATING)
+    rc, _, rec, err = run(script, mode)
+    assert rc == 0, err
+    fp, m = rec["fingerprint"], rec["metrics"]
+    assert fp["batch_size"] == batch and fp["micro_batches"] == micro
+    # two dense layers over the 256 rows of every step: forward, and each backward pass the
+    # weights' gradients and the second layer's input gradient (the data needs none)
+    forward = 2 * 256 * (32 * 64 + 64 * 1)
+    backward = 2 * 256 * 32 * 64 + 2 * 2 * 256 * 64
+    assert fp["flops_per_step"] == pytest.approx(forward + passes * backward)
+    assert m["samples_per_s"] == pytest.approx(batch * micro / m["s_per_step"])
+    assert row_from_fom(rec, source="deploy")["micro_batches"] == micro
+
+
 def test_fingerprint_of_an_lstm_counts_its_recurrent_layers():
     """On the CPU an LSTM runs as oneDNN's fused layer, for which torch has no FLOP
     formula: the runtime counts the gates' products itself (else the model would see only

@@ -33,6 +33,14 @@ def test_features_describe_the_workload_and_the_target_not_their_names():
     # names are not features: another workload name or CPU name changes nothing
     assert F.features({**ROW, "workload": "other", "microarchitecture": "icelake"}) == (
         cats, nums)
+    # a step that accumulates gradients over 4 micro-batches of 64 trains on 256 samples:
+    # its FLOPs per sample are a quarter, its batch (what the kernels see) the same; one
+    # micro-batch, or none counted, is the plain step
+    x4 = dict(zip(F.NUMERIC, F.features({**ROW, "micro_batches": 4})[1]))
+    assert x4["log_flops_per_sample"] == pytest.approx(math.log(1e8 / 4))
+    assert x4["log_batch"] == x["log_batch"] and x4["log_compute_s"] == x["log_compute_s"]
+    for plain in (1, None, float("nan")):
+        assert F.features({**ROW, "micro_batches": plain}) == (cats, nums)
 
 
 # ROW's parameters' traffic: 1e6 parameters at 16 bytes each over 20 GB/s
@@ -218,6 +226,9 @@ def test_a_gpu_probes_operation_time_reaches_the_planners_rows(tmp_path, monkeyp
     gru = candidate_rows(req, [decide(req).chosen],
                          workload={**workload, "recurrent_steps": 128})[0]
     assert gru["recurrent_steps"] == 128
+    # and a step's micro-batches (gradient accumulation)
+    assert candidate_rows(req, [decide(req).chosen],
+                          workload={**workload, "micro_batches": 4})[0]["micro_batches"] == 4
     assert math.exp(F.baseline(gru)) - math.exp(F.baseline(row)) == pytest.approx(
         128 * F.RECURRENT_KERNELS * 7e-6)
     # an infrastructure file's rates win, and the probe's operation time is still kept

@@ -3,9 +3,10 @@
 A row (a measurement from the store, or a candidate the planner asks about) is turned into
 features that describe **what** runs and **where**, never **which** by name:
 
-- the workload, by its measured fingerprint: trainable parameters, FLOPs per sample, the
-  batch, and the share of its forward FLOPs by layer kind (convolution, dense, attention,
-  recurrent, normalisation; and of the convolutions', the grouped ones: depthwise);
+- the workload, by its measured fingerprint: trainable parameters, FLOPs per sample (of
+  every micro-batch of a step that accumulates gradients), the batch, and the share of its
+  forward FLOPs by layer kind (convolution, dense, attention, recurrent, normalisation; and
+  of the convolutions', the grouped ones: depthwise);
 - the target, by what its probe measured (``modak probe``): fp32 matrix GFLOP/s, the bf16
   to fp32 ratio (about 4 with native bf16 instructions, 1/50 without), memory bandwidth,
   and the threads the job gets;
@@ -42,7 +43,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 9  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 10  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 # the forward FLOPs' shares by layer kind (+ other = the rest), and ``grouped``: the part of
@@ -62,7 +63,7 @@ CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
 TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs", "op_us")
 # the workload's figures from its fingerprint (besides its parameters and batch)
 WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step", "recurrent_steps",
-                    *(f"flops_{k}" for k in SHARES))
+                    "micro_batches", *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
 # a normalisation layer's output element in training (forward and backward), in bytes at the
@@ -197,12 +198,15 @@ def features(row: dict[str, Any]) -> tuple[list[str], list[float]]:
             _flag(row.get("channels_last"), 0), _flag(row.get("onednn"), 1),
             _text(row.get("accelerator"), "none")]
     flops, batch = _float(row.get("flops_per_step")), _float(row.get("batch_size"))
+    # a step that accumulates gradients over micro-batches of ``batch`` trains on each
+    micro = _float(row.get("micro_batches"))
+    samples = batch * (micro if micro >= 1 else 1.0)
     params = _float(row.get("trainable_parameters"))
     threads, cores = _float(row.get("threads")), _float(row.get("cores"))
     gflops, bf16 = _float(row.get("gflops_fp32")), _float(row.get("gflops_bf16"))
     bandwidth = _float(row.get("bandwidth_gbs"))
     shares = [_float(row.get(f"flops_{k}")) for k in SHARES]
-    nums = [_log(params), _log(flops / batch if batch > 0 else math.nan), _log(batch),
+    nums = [_log(params), _log(flops / samples if samples > 0 else math.nan), _log(batch),
             *[0.0 if s != s else s for s in shares],
             _log(threads), threads / cores if cores > 0 else math.nan, _log(gflops),
             _log(bf16 / gflops) if gflops > 0 and bf16 > 0 else 0.0, _log(bandwidth),

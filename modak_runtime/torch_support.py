@@ -135,12 +135,12 @@ class _Torch:
             counter = me.counter
             if counter is None:
                 return original_backward(tensors, *args, **kwargs)
-            counter.in_backward = True
-            counter.backwards += 1
+            counter.in_backward, counter.reached = True, False
             try:
                 return original_backward(tensors, *args, **kwargs)
             finally:
                 counter.in_backward = False
+                counter.backwards += counter.reached
 
         backward.__wrapped__ = original_backward
         torch.autograd.backward = backward
@@ -197,7 +197,7 @@ class _Torch:
                 self.compile_mode = cfg.compiler.partition(":")[2] or "default"
         if not (self.convention and cfg.compiler != "off"):
             self.counter = _FlopCounter(self, torch)
-            self.counter.start()
+            self.counter.start(params)
 
     def _asked(self, knob: str) -> bool:
         cfg = self.s.config
@@ -377,11 +377,14 @@ class _FlopCounter:
         self.ops = 0  # the operations the step dispatched (no views, no casts): each pays
         #               the framework's per-operation overhead in eager mode
         self.recurrent_steps = 0  # time steps its recurrent layers ran in sequence (forward)
-        # backward passes and calls of the trained modules: several of each where the
-        # script accumulates gradients over micro-batches (one loss's several backward
-        # passes, or a Siamese network's several calls, are one micro-batch)
+        # backward passes that reached the optimizer's parameters, and calls of the trained
+        # modules: several of each where the script accumulates gradients over micro-batches
+        # (a batch's several losses, each its backward pass, or a Siamese network's several
+        # calls, are one micro-batch; so is a GAN's generator called again for its
+        # discriminator's step, whose backward pass does not reach it)
         self.backwards = 0
         self.calls = 0
+        self.reached = False
         self.forward: dict[str, float] = defaultdict(float)
         self.grouped = 0.0  # forward FLOPs of grouped (depthwise) convolutions
         self.stack: list[str] = []
@@ -403,7 +406,7 @@ class _FlopCounter:
 
         self.mode = Mode()
 
-    def start(self) -> None:
+    def start(self, params: list) -> None:
         hooks = self.torch.nn.modules.module
         roots = {id(m) for m in self.owner.roots}
         fp = self.owner.s.fingerprint
@@ -428,8 +431,12 @@ class _FlopCounter:
             if self.stack:
                 self.stack.pop()
 
+        def reached(grad):
+            self.reached = True
+
         self.handles = [hooks.register_module_forward_pre_hook(pre),
-                        hooks.register_module_forward_hook(post)]
+                        hooks.register_module_forward_hook(post),
+                        *(p.register_hook(reached) for p in params)]
         self.mode.__enter__()
         self.active = True
 

@@ -52,9 +52,10 @@ class Fingerprint:
     # oneDNN's) is one dispatched operation whatever its length, but its steps run one after
     # the other, each a few kernels on a GPU
     recurrent_steps: Optional[int] = None
-    # backward passes in the step (gradient accumulation: the optimizer steps once every
-    # so many micro-batches of ``batch_size``); None where the script ran none through
-    # ``torch.autograd.backward`` (its own ``torch.autograd.grad``, Keras)
+    # micro-batches of ``batch_size`` the step trained on (gradient accumulation: the
+    # optimizer steps once every so many): the fewer of its backward passes that reached
+    # the optimizer's parameters and its trained modules' calls; None where it ran none
+    # through ``torch.autograd.backward`` (its own ``torch.autograd.grad``; Keras)
     micro_batches: Optional[int] = None
     flop_share: dict[str, float] = field(default_factory=dict)  # FLOP_KINDS -> share (forward)
     # the share of the forward FLOPs in grouped convolutions (depthwise ones: a

@@ -434,9 +434,15 @@ class _FlopCounter:
         def reached(grad):
             self.reached = True
 
+        def on_gradient(param):
+            try:
+                return param.register_hook(reached)
+            except Exception:  # (a parameter of a kind that takes no hook: not counted)
+                return None
+
         self.handles = [hooks.register_module_forward_pre_hook(pre),
                         hooks.register_module_forward_hook(post),
-                        *(p.register_hook(reached) for p in params)]
+                        *(h for h in map(on_gradient, params) if h is not None)]
         self.mode.__enter__()
         self.active = True
 

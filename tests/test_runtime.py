@@ -352,6 +352,10 @@ import sys
 import torch
 
 mode = sys.argv[1]
+if mode == "unhooked":  # parameters that take no gradient hook: trained all the same
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no hooks on these")
+    torch.Tensor.register_hook = refuse
 torch.manual_seed(3)
 x, y = torch.randn(256, 32), torch.randn(256, 1)
 net = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
@@ -368,6 +372,8 @@ for step in range(6):
         out = net(x)
         mse(out, y).backward(retain_graph=True)
         out.abs().mean().backward()
+    elif mode == "unhooked":  # one batch of 256
+        mse(net(x), y).backward()
     elif mode == "siamese":  # the network called on two halves, one loss
         mse(net(x[:128]) - net(x[128:]), y[:128] - y[128:]).backward()
     else:  # a GAN's two optimizers: a critic's step on the network's detached output first
@@ -381,14 +387,15 @@ for step in range(6):
 
 @pytest.mark.parametrize("mode, batch, micro, passes", [
     ("accumulate", 128, 2, 1), ("two-losses", 256, 1, 2), ("siamese", 128, 1, 1),
-    ("gan", 256, 1, None)])
+    ("gan", 256, 1, None), ("unhooked", 256, None, 1)])
 def test_a_step_that_accumulates_gradients_counts_its_micro_batches(tmp_path, mode, batch, micro,
                                                                    passes):
     """Gradient accumulation: the optimizer steps once every few backward passes, each over
     a micro-batch of the batch the network is called with. The step trains on all of them
     (the fingerprint's FLOPs already count them; its throughput in samples too); a batch's
     several losses, a network called twice for one loss, or a GAN's generator called again
-    for its critic's step (whose backward pass does not reach it), are one micro-batch."""
+    for its critic's step (whose backward pass does not reach it), are one micro-batch; and
+    parameters that take no gradient hook leave the count out, not the training."""
     need("torch")
     script = tmp_path / "accumulate.py"
     script.write_text(ACCUMULATING)
@@ -402,7 +409,7 @@ def test_a_step_that_accumulates_gradients_counts_its_micro_batches(tmp_path, mo
     backward = 2 * 256 * 32 * 64 + 2 * 2 * 256 * 64
     if passes:
         assert fp["flops_per_step"] == pytest.approx(forward + passes * backward)
-    assert m["samples_per_s"] == pytest.approx(batch * micro / m["s_per_step"])
+    assert m["samples_per_s"] == pytest.approx(batch * (micro or 1) / m["s_per_step"])
     assert row_from_fom(rec, source="deploy")["micro_batches"] == micro
 
 

@@ -340,6 +340,10 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
     raw = json.loads(row["raw"])
     assert raw["effect"]["trained_modules"] == "TinyLM"  # the runtime found the user's model
     assert "in effect: " in proc.stdout and "applied: " in proc.stdout
+    # the summary says where on the front-end the run's files are (only its output came back)
+    where = re.search(r"run directory on \S+: (/\S+) \(what the script wrote", proc.stdout)
+    assert where and pathlib.Path(where.group(1)).parent == deploy.work
+    assert (pathlib.Path(where.group(1)) / "train.py").is_file()
 
     # a second plan for the same request knows the workload and uses the measurement
     env = {"MODAK_RESULTS": str(deploy.store.path), "MODAK_MODEL": str(deploy.tmp / "model.joblib")}

@@ -421,8 +421,8 @@ class _FlopCounter:
                     pass
             if id(module) in roots:
                 self.calls += 1
-            if id(module) in roots and fp.batch_size is None:
-                first = _first_tensor(args, self.torch.Tensor)
+                first = (None if fp.batch_size is not None
+                         else _first_tensor(args, self.torch.Tensor))
                 if first is not None:
                     fp.batch_size = int(first.shape[0])
                     fp.input_shape = [int(d) for d in first.shape[1:]]

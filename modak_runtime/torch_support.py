@@ -108,6 +108,9 @@ class _Torch:
         self.events: Optional[list] = None  # CUDA events, one per step end, on a GPU
         self.compile_mode: Optional[str] = None
         self.convention: Optional[str] = None
+        # the dtype of an autocast the script itself opened around its trained module's
+        # call (seen at the first call of the counted step; "" when it opened none)
+        self.own_autocast: Optional[str] = None
         self._patch()
         session.finishers.append(self.finish)
 
@@ -250,7 +253,7 @@ class _Torch:
         def forward(*args, **kwargs):
             if convert is not None:
                 args = convert(args)
-            if autocast is None:
+            if autocast is None or self.own_autocast:  # (the script's own autocast stands)
                 return inner(*args, **kwargs)
             with torch.autocast(autocast[0], dtype=autocast[1]):
                 out = inner(*args, **kwargs)
@@ -319,6 +322,17 @@ class _Torch:
         s.effect["threads"] = torch.get_num_threads()
         s.effect["interop_threads"] = torch.get_num_interop_threads()
         s.effect["onednn"] = bool(torch.backends.mkldnn.enabled)
+        cfg = s.config
+        if "threads" in s.applied and s.effect["threads"] != cfg.threads:
+            # the script set its own count after MODAK's (torch.set_num_threads): the
+            # knob measured nothing of its own
+            s.applied.pop("threads")
+            s.refuse("threads", f"the script sets {s.effect['threads']} thread(s) itself "
+                     f"(torch.set_num_threads), over MODAK's {cfg.threads}")
+        if "onednn" in s.applied and s.effect["onednn"]:
+            s.applied.pop("onednn")
+            s.refuse("onednn", "the script enables oneDNN itself "
+                     "(torch.backends.mkldnn.enabled)")
         if s.config.compiler.startswith("torch.compile") and "compiler" in s.applied:
             try:
                 from torch._dynamo.utils import counters
@@ -410,6 +424,7 @@ class _FlopCounter:
         hooks = self.torch.nn.modules.module
         roots = {id(m) for m in self.owner.roots}
         fp = self.owner.s.fingerprint
+        device = self.owner.s.effect.get("device", "cpu")
 
         def pre(module, args):
             kind = module_kind(module)
@@ -421,6 +436,8 @@ class _FlopCounter:
                     pass
             if id(module) in roots:
                 self.calls += 1
+                if self.owner.own_autocast is None:
+                    self.owner.own_autocast = _autocast_dtype(self.torch, device) or ""
                 first = (None if fp.batch_size is not None
                          else _first_tensor(args, self.torch.Tensor))
                 if first is not None:
@@ -532,7 +549,29 @@ class _FlopCounter:
         fp.method = "torch dispatch: torch.utils.flop_counter formulas, one step"
         if self.matmul_dtypes:
             s.effect["matmul_dtype"] = max(self.matmul_dtypes, key=self.matmul_dtypes.get)
+        own = self.owner.own_autocast
+        if own:
+            s.effect["script_autocast"] = own
+            if "precision" in s.applied and not self.owner.convention:
+                s.applied.pop("precision")
+                s.refuse("precision", f"the script calls {s.effect.get('trained_modules')} "
+                         f"under its own torch.autocast(dtype={own}), which stands: MODAK's "
+                         "autocast is not put over it")
         fp.id = fingerprint_id("pytorch", fp)
+
+
+def _autocast_dtype(torch, device: str) -> Optional[str]:
+    """The dtype of the autocast in force for ``device`` here (None: none is)."""
+    try:
+        if not torch.is_autocast_enabled(device):
+            return None
+        return str(torch.get_autocast_dtype(device)).replace("torch.", "")
+    except (TypeError, AttributeError, RuntimeError):  # a torch before 2.4
+        if device == "cpu":
+            on, dtype = torch.is_autocast_cpu_enabled, torch.get_autocast_cpu_dtype
+        else:
+            on, dtype = torch.is_autocast_enabled, torch.get_autocast_gpu_dtype
+        return str(dtype()).replace("torch.", "") if on() else None
 
 
 def _sequence_steps(module: Any, args) -> int:

@@ -205,6 +205,51 @@ def test_a_script_that_compiles_its_own_model_still_trains_compiled(tmp_path):
     assert rec["effect"]["trained_modules"] == "OptimizedModule"
 
 
+OWN_SETTINGS = """
+import torch
+torch.manual_seed(0)
+torch.set_num_threads(1)
+torch.backends.mkldnn.enabled = True
+net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+x, y = torch.randn(64, 16), torch.randint(0, 4, (64,))
+for step in range(4):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = net(x)
+    loss = torch.nn.functional.cross_entropy(out.float(), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print("loss", loss.item())
+print("output", out.dtype)
+"""
+
+
+def test_a_setting_the_script_makes_itself_is_reported_not_claimed(tmp_path):
+    """A script that sets its own threads, enables oneDNN and opens its own bf16 autocast:
+    MODAK's threads, oneDNN off and bf16 are not in effect, and the record says so; the
+    script computes what it computes without them (every printed digit), its own autocast
+    standing (MODAK's would hand its outputs back in float32).  Its stock run records the
+    autocast it opened."""
+    need("torch")
+    script = tmp_path / "own_settings.py"
+    script.write_text(OWN_SETTINGS)
+    rc, stock_out, stock, err = run(script)
+    assert rc == 0, err
+    assert stock["effect"]["script_autocast"] == "bfloat16" and stock["not_applied"] == {}
+    rc, out, rec, err = run(script, env={"MODAK_THREADS": "2", "MODAK_PRECISION": "bf16",
+                                         "MODAK_ONEDNN": "off"})
+    assert rc == 0, err
+    assert out == stock_out and out.endswith("output torch.bfloat16"), out
+    na = rec["not_applied"]
+    assert set(na) == {"threads", "precision", "onednn"} and not rec["applied"], rec["applied"]
+    assert "sets 1 thread(s) itself" in na["threads"] and "MODAK's 2" in na["threads"]
+    assert "its own torch.autocast(dtype=bfloat16)" in na["precision"]
+    assert "enables oneDNN itself" in na["onednn"]
+    assert rec["effect"]["threads"] == 1 and rec["effect"]["onednn"] is True
+    assert rec["effect"]["script_autocast"] == "bfloat16"
+
+
 def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_CHANNELS_LAST": "1",

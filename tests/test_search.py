@@ -1025,3 +1025,41 @@ def test_the_budget_is_re_based_once_on_stocks_first_trial():
     assert out.spent_s <= out.budget_s
     # re-based on the second round's stock trial, what was spent would not fit it
     assert out.spent_s > 0.1 * 2500 * 0.07
+
+
+def test_a_knob_the_script_overrides_fails_a_trial_only_where_it_departs_from_stock():
+    """A script that sets its own threads (``torch.set_num_threads(1)``) overrides MODAK's:
+    the runtime says so (not applied).  Stock's trial and a candidate's at stock's threads
+    both ran at the script's count, so they stand side by side as measured; a candidate at
+    other threads measured another configuration than its own and fails its trial."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    threads = {"threads": "the script sets 1 thread(s) itself (torch.set_num_threads), "
+                          "over MODAK's 2"}
+    assert search_module.departures(threads, BF16, STOCK) == {}
+    assert search_module.departures(threads, ONE, STOCK) == threads
+    assert search_module.departures({"precision": "its own autocast"}, BF16, STOCK) == {
+        "precision": "its own autocast"}
+    # a knob no configuration field holds departs (nothing says it matches stock's)
+    assert search_module.departures({"onednn": "enabled"}, STOCK, STOCK) == {"onednn": "enabled"}
+    assert search_module.departures(threads, ONE, None) == threads
+
+    def rec(config, s_per_step):
+        return {"configuration": config.model_dump(mode="json"), "status": "ok",
+                "not_applied": threads, "elapsed_s": 5.0,
+                "measured": {"steps": 10, "s_per_step": s_per_step, "final_loss": 1.0}}
+    stock, bf16, one = (ActionModule._trial(rec(c, s), Trial, Configuration, STOCK)
+                        for c, s in ((STOCK, 0.02), (BF16, 0.018), (ONE, 0.01)))
+    assert (stock.s_per_step, bf16.s_per_step) == (0.02, 0.018)
+    assert not stock.failed and not bf16.failed
+    assert one.s_per_step is None and one.failed == "not applied: threads (%s)" % \
+        threads["threads"]
+    # the search goes on with stock and bf16; threads=1, fastest as measured, is out
+    halving = Halving([STOCK, BF16, ONE], STOCK, job_steps=1000, budget_s=100.0)
+    halving.record([stock, bf16, one])
+    assert halving.out.verdicts == {ONE.label(): "failed: " + one.failed}
+    assert halving.next_round() == ([STOCK, BF16], 20)

@@ -241,6 +241,18 @@ def time_capped(failed: Optional[str], error: Optional[dict]) -> bool:
     return bool(failed) and (error or {}).get("type") == "TimeCap"
 
 
+def departures(not_applied: dict[str, str], config: Configuration,
+               stock: Optional[Configuration]) -> dict[str, str]:
+    """The knobs a trial's runtime did not apply (``not_applied``: knob -> why) that make it
+    another configuration than the one it stands for: a trial that measured another one
+    fails.  A knob left at what stock asks for is not one of them: where the script sets
+    its own threads, stock's trial and a candidate's at stock's threads both ran with the
+    script's count, and stand side by side as measured."""
+    return {knob: why for knob, why in not_applied.items()
+            if stock is None or not hasattr(config, knob)
+            or getattr(config, knob) != getattr(stock, knob)}
+
+
 @dataclass
 class Outcome:
     chosen: Configuration

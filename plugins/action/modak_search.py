@@ -55,7 +55,8 @@ class ActionModule(ActionBase):
             with open(path) as f:
                 halving = Halving.from_state(json.load(f))
             this = Configuration(**args["cap_for"])
-            done = [self._trial(r, Trial, Configuration) for r in args["done"]]
+            done = [self._trial(r, Trial, Configuration, halving.stock)
+                    for r in args["done"]]
             cap, skip = halving.cap(this, done), halving.skip(this, done)
             result.update(changed=False, cap=cap, skip=skip or "",
                           msg=skip or ("no time cap (stock's trial)" if cap is None
@@ -69,7 +70,8 @@ class ActionModule(ActionBase):
             halving, how = self._start(plan, args, Configuration)
             result["budget"] = how
         if args["record"]:
-            halving.record([self._trial(r, Trial, Configuration) for r in args["record"]])
+            halving.record([self._trial(r, Trial, Configuration, halving.stock)
+                            for r in args["record"]])
         step = halving.next_round()
         write_atomic(os.path.dirname(path) or ".", os.path.basename(path),
                      json.dumps(dict(halving.state(), budget_how=how)))
@@ -149,24 +151,27 @@ class ActionModule(ActionBase):
                        scatter=args["scatter"]), how
 
     @staticmethod
-    def _trial(rec, Trial, Configuration):
+    def _trial(rec, Trial, Configuration, stock):
         """A trial from what the trial's tasks kept: its configuration, modak_record's
-        measured figures and status, the job's elapsed time."""
-        from modak_lib.perf.search import time_capped
+        measured figures and status, the job's elapsed time (``stock``: the search's stock
+        configuration, which a knob the script overrides is judged against)."""
+        from modak_lib.perf.search import departures, time_capped
 
+        config = Configuration(**rec["configuration"])
         m = rec.get("measured") or {}
+        refused = departures(rec.get("not_applied") or {}, config, stock)
         failed = None
         if rec.get("status") == "skipped":  # (not run: Halving.skip said why)
-            return Trial(Configuration(**rec["configuration"]), 0, None,
+            return Trial(config, 0, None,
                          failed=(rec.get("error") or {}).get("message") or "not tried",
                          skipped=True)
         if rec.get("status") == "failed" or not m.get("s_per_step"):
             failed = ((rec.get("error") or {}).get("message") or rec.get("status")
                       or "no figures")
-        elif rec.get("not_applied"):  # it measured another configuration than its own
-            failed = "not applied: " + "; ".join(
-                "%s (%s)" % kv for kv in sorted(rec["not_applied"].items()))
-        return Trial(Configuration(**rec["configuration"]), int(m.get("steps") or 0),
+        elif refused:  # it measured another configuration than its own
+            failed = "not applied: " + "; ".join("%s (%s)" % kv
+                                                 for kv in sorted(refused.items()))
+        return Trial(config, int(m.get("steps") or 0),
                      m.get("s_per_step") if not failed else None,
                      float(m.get("warmup_s") or 0.0), float(rec.get("elapsed_s") or 0.0),
                      m.get("final_loss"), failed,

@@ -67,7 +67,8 @@ options:
       - The trials of the round just run - each C(configuration) (as in the plan),
         C(measured) (modak_record's return value), C(status), C(error), C(not_applied)
         (modak_record's - a trial with a knob not applied measured another configuration
-        and counts as failed) and C(elapsed_s) (the job's); C(status=skipped) for a trial
+        and counts as failed, unless that knob was at stock's value, as where the script
+        sets its own threads) and C(elapsed_s) (the job's); C(status=skipped) for a trial
         not run (C(skip)).
     type: list
     elements: dict

@@ -1228,6 +1228,31 @@ def test_a_failure_or_a_refused_knob_answers_for_the_place_it_happened():
     assert not_offered(mnist_request(container_runtime="podman")) == []
 
 
+def test_threads_the_script_sets_itself_withhold_their_configurations_but_not_stocks():
+    """A script that sets its own threads: a run at 1 thread of 2 cores found the knob not
+    applied, so the next plan withholds configurations at 1 thread (their trials would
+    measure the script's count).  Stock's run at all cores found it not applied too (every
+    run has the script's count): stock and the other configurations at all cores stay
+    offered."""
+    why = "the script sets 2 thread(s) itself (torch.set_num_threads), over MODAK's 1"
+
+    def refused(threads, when):
+        return row("mnist-cnn", "off", threads, "glibc", "fp32", 0.05) | {
+            "not_applied": "threads", "run_id": f"own-{threads}",
+            "recorded_at": f"2026-11-23T00:00:0{when}+00:00",
+            "raw": json.dumps({"not_applied": {"threads": why}})}
+    data = pd.concat([synthetic(), pd.DataFrame([refused(1, 1), refused(2, 2)])],
+                     ignore_index=True)
+    plan = make_plan(mnist_request(), predictor=predictor_for(data), run_id="p").plan
+    withheld = [n for n in plan.notes if n.startswith("not offered:")]
+    assert withheld and all(" threads=1 " in n and f"threads=1 was not applied to this "
+                            f"script here: {why}" in n for n in withheld), withheld
+    offered = [c.configuration for c in plan.candidates]
+    assert offered and {c.threads for c in offered} == {2}
+    assert any(c.compiler is None and c.precision.value == "fp32"
+               and c.allocator.value == "glibc" for c in offered)
+
+
 def test_a_failure_the_script_is_to_blame_for_withholds_no_configuration():
     """A round whose every trial failed the same way (a file the run directory lacked):
     stock failed first, then the candidates, the runtime blaming no knob.  None of them is

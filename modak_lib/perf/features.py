@@ -93,8 +93,8 @@ RECURRENT_KERNELS = 4.0
 STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
          "onednn": 1}
 # the knobs the runtime may refuse (as it names them), each switched on in a configuration
-# row when its value is not the stock one
-KNOBS = ("compiler", "precision", "allocator", "channels_last")
+# row when its value is not the stock one (threads: when they are not all cores)
+KNOBS = ("compiler", "precision", "allocator", "channels_last", "onednn", "threads")
 # where a run ran: the image (``HOST_IMAGE``: outside any container) and the target (its
 # CPU, cores and accelerator, none for a CPU node)
 PLACE_KEYS = ("image", "microarchitecture", "cores", "accelerator")
@@ -116,9 +116,13 @@ def machine(row: dict[str, Any]) -> str:
 
 def knob_value(row: dict[str, Any], knob: str) -> Optional[str]:
     """The value a configuration row sets ``knob`` to, None when it leaves it at stock."""
+    if knob == "threads":
+        threads, cores = _float(row.get("threads")), _float(row.get("cores"))
+        return (None if not threads > 0 or not cores > 0 or threads == cores
+                else str(int(threads)))
     value = _text(row.get(knob), str(STOCK[knob]))
-    if knob == "channels_last":
-        value = _flag(row.get(knob), 0)
+    if knob in ("channels_last", "onednn"):
+        value = _flag(row.get(knob), STOCK[knob])
     return None if value == str(STOCK[knob]) else value
 
 

@@ -464,8 +464,10 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
                      "request, and the deploy runs them first; or playbooks/autotune.yml)")
     if force is not None:
         if not _to_front(ranked, force):
-            raise InputError(f"configuration {force.label()} is not a candidate of this request",
-                             request.source)
+            why = next((n.partition(f"{force.label()}: ")[2] for n in notes
+                        if n.startswith(f"not offered: {force.label()}: ")), None)
+            raise InputError(f"configuration {force.label()} is not a candidate of this request"
+                             + (f" (not offered: {why})" if why else ""), request.source)
         best, best_p = ranked[0]
         decided_by = "autotune"
 

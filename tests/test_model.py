@@ -10,6 +10,7 @@ import pytest
 from conftest import ROOT, request
 
 from modak_lib.perf import evaluate as ev, features as F, fit as m
+from modak_lib.errors import InputError
 from modak_lib.models import Allocator, Configuration, Precision
 from modak_lib.pipeline import make_plan
 from modak_lib.results import COLUMNS, ResultsStore, StoreError, load_frame, open_csv
@@ -1251,6 +1252,12 @@ def test_threads_the_script_sets_itself_withhold_their_configurations_but_not_st
     assert offered and {c.threads for c in offered} == {2}
     assert any(c.compiler is None and c.precision.value == "fp32"
                and c.allocator.value == "glibc" for c in offered)
+    # a search's trial of one (planned before the refusal) is told why it is no candidate
+    one = next(Configuration(**{**c.configuration.model_dump(), "threads": 1})
+               for c in plan.candidates)
+    with pytest.raises(InputError, match=r"is not a candidate of this request \(not offered: "
+                       r"threads=1 was not applied to this script here: the script sets 2"):
+        make_plan(mnist_request(), predictor=predictor_for(data), run_id="p", force=one)
 
 
 def test_a_failure_the_script_is_to_blame_for_withholds_no_configuration():

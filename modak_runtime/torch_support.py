@@ -273,10 +273,16 @@ class _Torch:
             self.counter = None
         if self.compile_mode is not None:
             mode, self.compile_mode = self.compile_mode, None
-            for root in self.roots:
-                self._compile(root, None if mode == "default" else mode)
-            s.applied_knob("compiler", f"torch.compile(mode={mode!r}) of "
-                           f"{s.effect['trained_modules']} in place, after the first step")
+            # a data-parallel wrapper's own forward (its gradient buckets, its logger) is
+            # not Dynamo's to trace: the module it wraps is compiled
+            targets = [_wrapped(root) for root in self.roots]
+            for target in targets:
+                self._compile(target, None if mode == "default" else mode)
+            what = ", ".join(sorted({f"{type(t).__name__} inside {type(r).__name__}"
+                                     if t is not r else type(r).__name__
+                                     for r, t in zip(self.roots, targets)}))
+            s.applied_knob("compiler", f"torch.compile(mode={mode!r}) of {what} in place, "
+                           "after the first step")
         if self.events is not None:
             if not self.events:  # the first step's end on the GPU anchors the clock
                 self.torch.cuda.synchronize()
@@ -558,6 +564,17 @@ class _FlopCounter:
                          f"under its own torch.autocast(dtype={own}), which stands: MODAK's "
                          "autocast is not put over it")
         fp.id = fingerprint_id("pytorch", fp)
+
+
+DATA_PARALLEL = ("DistributedDataParallel", "DataParallel")
+
+
+def _wrapped(module: Any) -> Any:
+    """The module a data-parallel wrapper (``DistributedDataParallel``, ``DataParallel``)
+    trains, however deep; the module itself when it is none."""
+    while type(module).__name__ in DATA_PARALLEL and hasattr(module, "module"):
+        module = module.module
+    return module
 
 
 def _autocast_dtype(torch, device: str) -> Optional[str]:

@@ -5,6 +5,7 @@ with the plan's knobs as environment variables, and reads the figure-of-merit re
 """
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -248,6 +249,26 @@ def test_a_setting_the_script_makes_itself_is_reported_not_claimed(tmp_path):
     assert "enables oneDNN itself" in na["onednn"]
     assert rec["effect"]["threads"] == 1 and rec["effect"]["onednn"] is True
     assert rec["effect"]["script_autocast"] == "bfloat16"
+
+
+def test_a_data_parallel_script_trains_compiled_inside_its_wrapper():
+    """A script that wraps its model in DistributedDataParallel (one process, as a
+    cluster script runs without torchrun): Dynamo cannot trace the wrapper's own forward
+    (its logger), so compiling the wrapper compiled nothing; the module inside it is
+    compiled, and the wrapper's gradient synchronisation stays as it was."""
+    need("torch")
+    with socket.socket() as free:  # (a port of its own for the process group)
+        free.bind(("127.0.0.1", 0))
+        port = str(free.getsockname()[1])
+    with tempfile.TemporaryDirectory() as cache:
+        rc, out, rec, err = run(SCRIPTS / "ddp_cnn.py", "8", env={
+            "MODAK_TORCH_COMPILE": "default", "MASTER_PORT": port,
+            "TORCHINDUCTOR_CACHE_DIR": cache})
+    assert rc == 0, err
+    assert rec["effect"]["trained_modules"] == "DistributedDataParallel"
+    assert "of Sequential inside DistributedDataParallel in place" in rec["applied"]["compiler"]
+    assert rec["effect"]["compiled"] is True and rec["effect"]["compiled_graphs"] >= 1
+    assert rec["not_applied"] == {} and len(out.splitlines()) == 8
 
 
 def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():

@@ -4,17 +4,23 @@ When the script imports keras, the runtime sets the mixed-precision dtype policy
 script builds its model), makes ``Model.compile`` use XLA (``jit_compile=True``) when XLA was
 chosen, and times every call of the step function Keras makes for ``fit`` and
 ``train_on_batch`` (reading the loss it returns when sampled); a callback added to ``fit``
-notes the start of training.  TensorFlow's threads are set when tensorflow is
-imported; plain TensorFlow gets XLA from ``TF_XLA_FLAGS`` (the plan exports it).
+notes the start of training.  A script's own loop on the TensorFlow backend (a
+``GradientTape`` and the optimizer's ``apply_gradients``) is timed too: a step ends where
+the ``tf.function`` that applied the gradients returns (its loss is what it returns, alone
+or under ``"loss"``), or, in an eager loop, where they were applied.  TensorFlow's threads
+are set when tensorflow is imported; plain TensorFlow gets XLA from ``TF_XLA_FLAGS`` (the
+plan exports it).
 
 The fingerprint is counted analytically from the built model's layers (Dense, convolutions,
 recurrent, attention, normalisation): FLOPs per sample forward, times three for a step.
 """
 from __future__ import annotations
 
+import gc
 import math
 import os
-from typing import Optional
+import sys
+from typing import Any, Optional
 
 from .hooks import when_imported
 from .session import Session
@@ -58,6 +64,12 @@ class _Keras:
         session.effect["keras_backend"] = keras.backend.backend()
         cfg = session.config
         self.models: list = []
+        self.in_keras_step = False  # inside Keras' own step function (fit, train_on_batch)
+        self.applying = False       # inside the optimizer's apply (a wrapper's nested one)
+        self.calls: list = []       # the tf.functions being called, outermost first
+        self.step_functions: set[int] = set()  # ids of those that applied gradients
+        self.trained: Optional[list] = None    # the variables a custom loop trains
+        self.pending_loss: Any = None  # the target of an eager loop's last GradientTape
         if cfg.precision != "fp32":
             policy = "mixed_bfloat16" if cfg.precision == "bf16" else "mixed_float16"
             keras.mixed_precision.set_global_policy(policy)
@@ -96,7 +108,11 @@ class _Keras:
             step = getattr(model, "train_function", None)
             if step is not None and not getattr(step, "_modak_timed", False):
                 def timed(*a, **k):
-                    logs = step(*a, **k)
+                    me.in_keras_step = True
+                    try:
+                        logs = step(*a, **k)
+                    finally:
+                        me.in_keras_step = False
                     me.step_done(logs)
                     return logs
                 timed._modak_timed = True
@@ -108,6 +124,89 @@ class _Keras:
         Model.compile, Model.fit, Model.train_on_batch = compile, fit_with_clock, \
             noted_train_on_batch
         Model.make_train_function = timed_make_train_function
+        tf = sys.modules.get("tensorflow")
+        if tf is not None and keras.backend.backend() == "tensorflow":
+            self._patch_own_loops(tf)
+
+    def _patch_own_loops(self, tf) -> None:
+        """Time a script's own loop: the optimizer's ``apply`` (which ``apply_gradients``
+        calls) marks the ``tf.function`` being traced around it as a step function, each
+        call of which is then a step; applied eagerly, outside any, it ends a step itself.
+        Keras' own step function is left to ``make_train_function``'s clock."""
+        me = self
+        Optimizer = self.keras.optimizers.Optimizer
+        apply = Optimizer.apply
+        Function = type(tf.function(lambda: None))
+        call = Function.__call__
+        gradient = tf.GradientTape.gradient
+
+        def noted_gradient(tape, target, *args, **kwargs):
+            if not me.calls and tf.executing_eagerly():  # (an eager loop's loss)
+                me.pending_loss = target
+            return gradient(tape, target, *args, **kwargs)
+
+        def timed_apply(opt, *args, **kwargs):
+            if me.in_keras_step or me.applying:
+                return apply(opt, *args, **kwargs)
+            me.applying = True
+            try:
+                if me.trained is None:
+                    me.s.training_started()
+                    given = kwargs.get("trainable_variables", args[1] if len(args) > 1 else None)
+                    me.trained = list(given) if given is not None else []
+                out = apply(opt, *args, **kwargs)
+            finally:
+                me.applying = False
+            if me.calls:  # (traced: the outermost tf.function is the step)
+                me.step_functions.add(id(me.calls[0]))
+            elif tf.executing_eagerly():
+                loss, me.pending_loss = me.pending_loss, None
+                me.own_step(None, loss)
+            return out
+
+        def timed_call(fn, *args, **kwargs):
+            if me.in_keras_step:
+                return call(fn, *args, **kwargs)
+            me.calls.append(fn)
+            try:
+                out = call(fn, *args, **kwargs)
+            finally:
+                me.calls.pop()
+            if not me.calls and id(fn) in me.step_functions:
+                me.own_step(args[0] if args else None, out)
+            return out
+
+        timed_apply.__wrapped__, timed_call.__wrapped__ = apply, call
+        noted_gradient.__wrapped__ = gradient
+        Optimizer.apply, Function.__call__ = timed_apply, timed_call
+        tf.GradientTape.gradient = noted_gradient
+
+    def own_step(self, x: Any, out: Any) -> None:
+        """A step of the script's own loop ended (``x``: the step function's first argument,
+        its batch; ``out``: what it returned)."""
+        if not self.models:
+            model = self._trained_model()
+            if model is not None:
+                self.began(model, x, None)
+        loss = out.get("loss") if isinstance(out, dict) else \
+            out[0] if isinstance(out, (tuple, list)) and out else out
+        if self.s.loss_due() and getattr(loss, "shape", None) == () and loss is not None:
+            try:
+                self.s.loss(float(loss))
+            except (TypeError, ValueError):
+                pass
+        self.s.step_done()
+
+    def _trained_model(self) -> Any:
+        """The outermost Keras model whose trainable weights the loop's optimizer applies
+        gradients to (None: none is found)."""
+        ids = {id(v) for v in self.trained or []}
+        if not ids:
+            return None
+        owners = [o for o in gc.get_objects() if _is_model(o, self.keras.Model)
+                  and o.trainable_weights and {id(w) for w in o.trainable_weights} <= ids]
+        inner = {id(layer) for m in owners for layer in _layers(m)}
+        return next((m for m in owners if id(m) not in inner), None)
 
     def step_done(self, logs) -> None:
         """After each call of Keras' own step function (``fit`` and ``train_on_batch``
@@ -161,13 +260,26 @@ class _Keras:
         s = self.s
         for model in self.models[:1]:
             jit = getattr(model, "jit_compile", None)
+            own = self.step_functions and not model.compiled
+            if own:  # (its own loop's tf.function: XLA only by TF_XLA_FLAGS)
+                jit = "compiler" in s.applied
             s.effect["compiled"] = bool(jit)
             policy = getattr(model, "dtype_policy", None)
             s.effect["compute_dtype"] = str(getattr(policy, "compute_dtype", None))
             s.effect["matmul_dtype"] = s.effect["compute_dtype"]
             if s.config.compiler == "xla" and not jit:
                 s.applied.pop("compiler", None)
-                s.refuse("compiler", "Keras turned jit_compile off for this model")
+                s.refuse("compiler", "the script trains in a loop of its own, whose "
+                         "tf.function Model.compile(jit_compile=True) does not reach "
+                         "(TF_XLA_FLAGS is not set)" if own
+                         else "Keras turned jit_compile off for this model")
+
+
+def _is_model(obj: Any, cls: type) -> bool:
+    try:
+        return isinstance(obj, cls)
+    except Exception:  # proxies that fail on __class__
+        return False
 
 
 def _dims(shape) -> list[int]:

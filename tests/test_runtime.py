@@ -80,6 +80,39 @@ def test_keras_fit_defaults_reproduce_the_plain_scripts_loss():
     assert fp["flop_share"]["conv"] == pytest.approx(conv / (conv + dense))
 
 
+@pytest.mark.parametrize("mode", ["function", "eager", "fit-after"])
+def test_a_keras_scripts_own_training_loop_is_timed(mode):
+    """A script's own loop on TensorFlow (GradientTape, apply_gradients) never calls Keras'
+    step function: each call of the tf.function that applied the gradients is a step (in an
+    eager loop, each apply), with its loss, and the model it trains is fingerprinted; a
+    later ``fit`` adds its own steps, each counted once.  With every knob at its default the
+    script prints what it prints plainly."""
+    need("keras")
+    need("tensorflow")
+    env = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    args = {"function": [], "eager": ["--eager"], "fit-after": ["--fit-after"]}[mode]
+    rc0, plain, _, _ = run(SCRIPTS / "keras_tape.py", *args, env=env, runtime=False)
+    rc1, wrapped, rec, err = run(SCRIPTS / "keras_tape.py", *args, env=env)
+    assert rc0 == rc1 == 0, err
+    assert wrapped == plain and plain.count("loss") == 2
+    m = rec["metrics"]
+    assert m["steps"] == 16 + (8 if mode == "fit-after" else 0)  # 2 epochs x 8 (+ fit's 8)
+    assert m["s_per_step"] > 0
+    last = float(plain.splitlines()[-1].split()[-1])  # the loop's last loss, as printed
+    assert [s for s, _ in m["losses"]][:16] == list(range(1, 17))
+    assert round(dict(m["losses"])[16], 6) == last
+    fp = rec["fingerprint"]
+    assert fp["trainable_parameters"] == 20 * 64 + 64 + 64 * 2 + 2
+    assert fp["batch_size"] == (None if mode == "eager" else 32)
+    if mode != "eager":
+        assert fp["flops_per_step"] == 3 * 2 * (20 * 64 + 64 * 2) * 32
+    if mode == "function":  # XLA reaches its tf.function only by TF_XLA_FLAGS, and says so
+        rc, _, xla, err = run(SCRIPTS / "keras_tape.py", env={**env, "MODAK_JIT_COMPILE": "1"})
+        assert rc == 0, err
+        assert "loop of its own" in xla["not_applied"]["compiler"]
+        assert xla["effect"]["compiled"] is False and xla["metrics"]["steps"] == 16
+
+
 # ---------------------------------------------------------------------------
 # knobs in effect, as the record shows them
 def test_bf16_and_compile_are_in_effect_on_a_plain_pytorch_script():

@@ -102,7 +102,9 @@ class _Torch:
         if cfg.compiler == "xla":
             session.refuse("compiler", "XLA is not a PyTorch compiler")
         self.primary = None
+        self.primary_params: set[int] = set()  # ids of the parameters it optimizes
         self.pending_loss = None
+        self.step_loss = None  # the pending loss when the primary optimizer last stepped
         self.counter = None
         self.roots: list = []
         self.events: Optional[list] = None  # CUDA events, one per step end, on a GPU
@@ -123,8 +125,13 @@ class _Torch:
         def init(opt, *args, **kwargs):
             original_init(opt, *args, **kwargs)
             if me.primary is None:
-                me.primary = opt
+                me.primary, me.primary_params = opt, _param_ids(opt)
                 me.optimizer_created(opt)
+            elif me.primary_params & _param_ids(opt):
+                # a new optimizer over the trained parameters (a script that makes one each
+                # epoch, or after a learning-rate range test) takes over the step count;
+                # one over others (a GAN's second) does not
+                me.primary, me.primary_params = opt, _param_ids(opt)
 
         init.__wrapped__ = original_init
         torch.optim.Optimizer.__init__ = init
@@ -266,6 +273,7 @@ class _Torch:
         if opt is not self.primary:
             return
         s = self.s
+        self.step_loss = self.pending_loss  # (the trained model's, not a later critic's)
         if self.pending_loss is not None and s.loss_due():
             s.loss(float(self.pending_loss))
         if self.counter is not None:
@@ -323,8 +331,9 @@ class _Torch:
         if self.counter is not None:
             self.counter.stop()
             self.counter = None
-        if self.pending_loss is not None:
-            s.last_loss = float(self.pending_loss)
+        last = self.step_loss if self.step_loss is not None else self.pending_loss
+        if last is not None:
+            s.last_loss = float(last)
         s.effect["threads"] = torch.get_num_threads()
         s.effect["interop_threads"] = torch.get_num_interop_threads()
         s.effect["onednn"] = bool(torch.backends.mkldnn.enabled)
@@ -564,6 +573,10 @@ class _FlopCounter:
                          f"under its own torch.autocast(dtype={own}), which stands: MODAK's "
                          "autocast is not put over it")
         fp.id = fingerprint_id("pytorch", fp)
+
+
+def _param_ids(opt: Any) -> set[int]:
+    return {id(p) for group in opt.param_groups for p in group["params"]}
 
 
 DATA_PARALLEL = ("DistributedDataParallel", "DataParallel")

@@ -636,6 +636,48 @@ def test_the_trial_cap_stops_the_script_and_records_the_steps():
     assert len(out.splitlines()) == 6  # the 7th step's print never ran
 
 
+NEW_OPTIMIZER_EACH_EPOCH = """
+import torch
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+critic = torch.nn.Linear(1, 1)  # trained by an optimizer of its own, as a GAN's second
+critic_opt = None
+x, y = torch.randn(64, 16), torch.randn(64, 1)
+for epoch in range(3):
+    opt = torch.optim.SGD(net.parameters(), lr=0.05 / (epoch + 1))  # its decay, by hand
+    for i in range(6):
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if critic_opt is None:
+            critic_opt = torch.optim.SGD(critic.parameters(), lr=0.01)
+        critic_loss = critic(net(x).detach()).pow(2).mean()
+        critic_opt.zero_grad()
+        critic_loss.backward()
+        critic_opt.step()
+        print(epoch, i, loss.item())
+"""
+
+
+def test_a_script_that_makes_a_new_optimizer_each_epoch_has_every_step_counted(tmp_path):
+    """A new optimizer over the trained parameters takes over the step count (it counted
+    the first epoch's steps only, and a trial's step cap never stopped such a script); an
+    optimizer over other parameters (the critic's, made after the first) does not."""
+    need("torch")
+    script = tmp_path / "new_optimizer.py"
+    script.write_text(NEW_OPTIMIZER_EACH_EPOCH)
+    rc, out, rec, err = run(script)
+    assert rc == 0, err
+    assert rec["metrics"]["steps"] == 18 and len(out.splitlines()) == 18
+    # the trained model's last loss, not the critic's after it
+    assert round(rec["metrics"]["final_loss"], 6) == round(float(out.split()[-1]), 6)
+    rc, out, rec, err = run(script, env={"MODAK_MAX_STEPS": "9"})
+    assert rc == 0, err
+    assert rec["status"] == "capped" and rec["metrics"]["steps"] == 9
+    assert len(out.splitlines()) == 8  # the 9th step (the second epoch's third) never printed
+
+
 # a training script whose third step stalls (a compilation that takes minutes, as
 # Inductor's of a GRU took 122 s here): only the time cap can end it inside the step
 STALLING = """

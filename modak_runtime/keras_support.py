@@ -260,7 +260,7 @@ class _Keras:
         s = self.s
         for model in self.models[:1]:
             jit = getattr(model, "jit_compile", None)
-            own = self.step_functions and not model.compiled
+            own = bool(self.step_functions) and not getattr(model, "compiled", False)
             if own:  # (its own loop's tf.function: XLA only by TF_XLA_FLAGS)
                 jit = "compiler" in s.applied
             s.effect["compiled"] = bool(jit)

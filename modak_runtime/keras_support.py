@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from .hooks import when_imported
 from .session import Session
-from .torch_support import fingerprint_id
+from .torch_support import _is_module, fingerprint_id
 
 
 def install(session: Session) -> None:
@@ -203,7 +203,7 @@ class _Keras:
         ids = {id(v) for v in self.trained or []}
         if not ids:
             return None
-        owners = [o for o in gc.get_objects() if _is_model(o, self.keras.Model)
+        owners = [o for o in gc.get_objects() if _is_module(o, self.keras.Model)
                   and o.trainable_weights and {id(w) for w in o.trainable_weights} <= ids]
         inner = {id(layer) for m in owners for layer in _layers(m)}
         return next((m for m in owners if id(m) not in inner), None)
@@ -273,13 +273,6 @@ class _Keras:
                          "tf.function Model.compile(jit_compile=True) does not reach "
                          "(TF_XLA_FLAGS is not set)" if own
                          else "Keras turned jit_compile off for this model")
-
-
-def _is_model(obj: Any, cls: type) -> bool:
-    try:
-        return isinstance(obj, cls)
-    except Exception:  # proxies that fail on __class__
-        return False
 
 
 def _dims(shape) -> list[int]:

@@ -124,14 +124,15 @@ class _Torch:
 
         def init(opt, *args, **kwargs):
             original_init(opt, *args, **kwargs)
+            ids = _param_ids(opt)
             if me.primary is None:
-                me.primary, me.primary_params = opt, _param_ids(opt)
+                me.primary, me.primary_params = opt, ids
                 me.optimizer_created(opt)
-            elif me.primary_params & _param_ids(opt):
+            elif me.primary_params & ids:
                 # a new optimizer over the trained parameters (a script that makes one each
                 # epoch, or after a learning-rate range test) takes over the step count;
                 # one over others (a GAN's second) does not
-                me.primary, me.primary_params = opt, _param_ids(opt)
+                me.primary, me.primary_params = opt, ids
 
         init.__wrapped__ = original_init
         torch.optim.Optimizer.__init__ = init

@@ -268,11 +268,10 @@ class _Keras:
             s.effect["compute_dtype"] = str(getattr(policy, "compute_dtype", None))
             s.effect["matmul_dtype"] = s.effect["compute_dtype"]
             if s.config.compiler == "xla" and not jit:
-                s.applied.pop("compiler", None)
-                s.refuse("compiler", "the script trains in a loop of its own, whose "
-                         "tf.function Model.compile(jit_compile=True) does not reach "
-                         "(TF_XLA_FLAGS is not set)" if own
-                         else "Keras turned jit_compile off for this model")
+                s.withdraw("compiler", "the script trains in a loop of its own, whose "
+                           "tf.function Model.compile(jit_compile=True) does not reach "
+                           "(TF_XLA_FLAGS is not set)" if own
+                           else "Keras turned jit_compile off for this model")
 
 
 def _dims(shape) -> list[int]:

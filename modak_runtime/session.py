@@ -164,6 +164,12 @@ class Session:
         if knob not in self.applied:
             self.not_applied[knob] = why
 
+    def withdraw(self, knob: str, why: str) -> None:
+        """A knob MODAK applied that turned out to measure nothing of its own (the
+        script overrode it, or it never took hold): reported not applied, with why."""
+        self.applied.pop(knob, None)
+        self.not_applied[knob] = why
+
     # -- the clock -----------------------------------------------------------------
     def training_started(self) -> None:
         if self.t_train is None:

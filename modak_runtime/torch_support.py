@@ -342,13 +342,11 @@ class _Torch:
         if "threads" in s.applied and s.effect["threads"] != cfg.threads:
             # the script set its own count after MODAK's (torch.set_num_threads): the
             # knob measured nothing of its own
-            s.applied.pop("threads")
-            s.refuse("threads", f"the script sets {s.effect['threads']} thread(s) itself "
-                     f"(torch.set_num_threads), over MODAK's {cfg.threads}")
+            s.withdraw("threads", f"the script sets {s.effect['threads']} thread(s) itself "
+                       f"(torch.set_num_threads), over MODAK's {cfg.threads}")
         if "onednn" in s.applied and s.effect["onednn"]:
-            s.applied.pop("onednn")
-            s.refuse("onednn", "the script enables oneDNN itself "
-                     "(torch.backends.mkldnn.enabled)")
+            s.withdraw("onednn", "the script enables oneDNN itself "
+                       "(torch.backends.mkldnn.enabled)")
         if s.config.compiler.startswith("torch.compile") and "compiler" in s.applied:
             try:
                 from torch._dynamo.utils import counters
@@ -362,9 +360,9 @@ class _Torch:
                 # stopped at its time cap while it compiled: nothing to judge it by
                 s.effect["compiled"] = None
             elif graphs == 0 and s.status != "failed":  # a failed compile stays applied
-                s.applied.pop("compiler", None)
-                s.refuse("compiler", f"torch.compile traced no graph of it: {skipped}"
-                         if skipped else "compiled, but the module never ran after the first step")
+                s.withdraw("compiler", f"torch.compile traced no graph of it: {skipped}"
+                           if skipped else
+                           "compiled, but the module never ran after the first step")
             elif skipped:  # some of it compiled, the rest ran eagerly
                 s.effect["compile_skipped"] = skipped
         else:
@@ -569,10 +567,9 @@ class _FlopCounter:
         if own:
             s.effect["script_autocast"] = own
             if "precision" in s.applied and not self.owner.convention:
-                s.applied.pop("precision")
-                s.refuse("precision", f"the script calls {s.effect.get('trained_modules')} "
-                         f"under its own torch.autocast(dtype={own}), which stands: MODAK's "
-                         "autocast is not put over it")
+                s.withdraw("precision", f"the script calls {s.effect.get('trained_modules')} "
+                           f"under its own torch.autocast(dtype={own}), which stands: MODAK's "
+                           "autocast is not put over it")
         fp.id = fingerprint_id("pytorch", fp)
 
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 import math
 import os
 import platform
+import re
 import resource
 import signal
 import statistics
+import sys
 import time
-from typing import Any, Optional
+import traceback
+from typing import Any, Callable, Optional
 
 from .record import Config, Fingerprint, Metrics, Record
 
@@ -28,6 +31,82 @@ COMPILED_STEPS = 3
 class StopTrial(BaseException):
     """Raised from a step hook when the trial cap is reached, or from the time cap's alarm
     (not an Exception: scripts' ``except Exception`` blocks must not swallow it)."""
+
+
+class RankFailed(Exception):
+    """A training rank the script started (``torch.multiprocessing``) failed: ``error`` is
+    that rank's own account, as :func:`failure` gave it there."""
+
+    def __init__(self, error: dict[str, Any]):
+        super().__init__(error.get("message"))
+        self.error = error
+
+
+def blame(text: str, files: str, config: Config) -> Optional[str]:
+    """The knob a failure is most likely due to (None: the script's own failure), from the
+    error's text and the files of its traceback."""
+    if config.compiler != "off" and (
+            re.search(r"torch[/\\]_(dynamo|inductor)", files)
+            or re.search(r"_dynamo|inductor|XLA|xla|jit_compile", text)):
+        return "compiler"
+    if config.precision != "fp32" and re.search(r"[bB][fF]loat16|BFloat16|float16|Half|mixed",
+                                                text):
+        return "precision"
+    if config.channels_last and re.search(r"channels_last|memory_format|stride", text):
+        return "channels_last"
+    return None
+
+
+def short(text: str, limit: int = 500) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def failure(exc: BaseException, config: Config) -> dict[str, Any]:
+    """A record's ``error`` for an exception the script raised."""
+    if isinstance(exc, RankFailed):
+        return exc.error
+    files = " ".join(f.filename for f in traceback.extract_tb(exc.__traceback__))
+    text = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
+    return {"type": f"{type(exc).__module__}.{type(exc).__name__}",
+            "knob": blame(text, files, config), "message": short(str(exc) or type(exc).__name__)}
+
+
+def run_guarded(session: "Session", call: Callable[[], Any],
+                terminated: Optional[type] = None) -> tuple[str, Optional[dict[str, Any]], int]:
+    """Run ``call`` (the script, or a rank's function) under the session's time cap: its
+    status (ok, capped, failed), the record's ``error`` and the exit status it warrants.
+    ``terminated``: the exception that SIGTERM raises (exit status 128 + SIGTERM)."""
+    status, error, code = "ok", None, 0
+    try:
+        session.arm_time_cap()
+        try:
+            call()
+        finally:
+            session.disarm_time_cap()
+    except StopTrial:
+        status = "capped"
+        error = session.time_cap_error()
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            code = exc.code if isinstance(exc.code, int) else 1
+            if not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+            status = "failed"
+            error = {"type": "SystemExit", "knob": None,
+                     "message": short(f"the script exited with status {exc.code}")}
+    except BaseException as exc:  # the script's failure: report it, then exit non-zero
+        traceback.print_exc()
+        code = (130 if isinstance(exc, KeyboardInterrupt)
+                else 128 + signal.SIGTERM if terminated and isinstance(exc, terminated) else 1)
+        status, error = "failed", failure(exc, session.config)
+        knob = error["knob"]
+        if knob:
+            cfg = session.config
+            print(f"modak_runtime: the run failed under the knob {knob!r} "
+                  f"({getattr(cfg, knob) if knob != 'compiler' else cfg.compiler})",
+                  file=sys.stderr)
+    return status, error, code
 
 
 def _env(name: str) -> Optional[str]:
@@ -144,6 +223,8 @@ class Session:
         self.max_seconds = _seconds_env("MODAK_MAX_SECONDS")
         self.stopped_by: Optional[str] = None  # "steps" or "time": which cap ended the run
         self.armed = False  # the time cap's alarm is set (arm_time_cap)
+        self.alarm_handler: Optional[Callable] = None  # the SIGALRM handler it set
+        self.sigterm_handler: Optional[Callable] = None  # the runtime's, where it set one
         self.warmup = _int_env("MODAK_WARMUP_STEPS")
         self.framework = "unknown"
         self.framework_version: Optional[str] = None
@@ -154,6 +235,7 @@ class Session:
         self.accuracy: Optional[float] = None
         self.finishers: list = []   # callables run before the record is made
         self.status = "ok"
+        self.rank_peak_rss_mb: Optional[float] = None  # of the rank adopted (ranks.py)
 
     # -- knobs ---------------------------------------------------------------------
     def applied_knob(self, knob: str, how: str) -> None:
@@ -211,6 +293,7 @@ class Session:
             raise StopTrial()
 
         signal.signal(signal.SIGALRM, on_alarm)
+        self.alarm_handler = on_alarm
         left = self.max_seconds - (time.perf_counter() - self.t_start)
         signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), ALARM_REPEAT_S)
 
@@ -253,11 +336,40 @@ class Session:
             self.losses = self.losses[1::2] if self.losses[0][0] % 2 else self.losses[::2]
             self.loss_stride *= 2
 
+    # -- a rank's measurements (ranks.py) ---------------------------------------------
+    MEASURED = ("t_train", "step_ends", "losses", "loss_stride", "last_loss", "stopped_by",
+                "framework", "framework_version", "applied", "not_applied", "effect",
+                "fingerprint", "accuracy")
+
+    def measured(self) -> dict[str, Any]:
+        """What a training rank measured, for the script's process to adopt; its finishers
+        have run (:meth:`record`)."""
+        state = {name: getattr(self, name) for name in self.MEASURED}
+        state["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        return state
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """Take a rank's measurements as this run's (the clock is the machine's monotonic
+        one, shared by the processes): this process's own hooks saw no training, so its
+        finishers, which would overwrite them, are dropped."""
+        for name in self.MEASURED:
+            setattr(self, name, state[name])
+        self.rank_peak_rss_mb = state.get("peak_rss_mb")
+        self.finishers = []
+
+    def restart_clock(self, t_start: float) -> None:
+        """A rank forked from the script's process starts measuring afresh, from the run's
+        start."""
+        self.t_start = t_start
+        self.t_train, self.step_ends, self.losses, self.loss_stride = None, [], [], 1
+        self.last_loss, self.stopped_by = None, None
+
     # -- the record ------------------------------------------------------------------
     def metrics(self) -> Metrics:
         ends = self.step_ends
         m = Metrics(steps=len(ends), wall_s=time.perf_counter() - self.t_start,
-                    peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                    peak_rss_mb=max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                                    self.rank_peak_rss_mb or 0.0),
                     final_loss=self.last_loss, losses=self.losses, accuracy=self.accuracy)
         if self.t_train is not None:
             m.startup_s = self.t_train - self.t_start

@@ -304,6 +304,47 @@ def test_a_data_parallel_script_trains_compiled_inside_its_wrapper():
     assert rec["not_applied"] == {} and len(out.splitlines()) == 8
 
 
+def _free_port() -> str:
+    with socket.socket() as free:  # (a port of its own for the process group)
+        free.bind(("127.0.0.1", 0))
+        return str(free.getsockname()[1])
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_training_ranks_the_script_starts_itself_are_measured(method):
+    """A script that starts its ranks with torch.multiprocessing (the DDP tutorial's
+    mp.spawn): the ranks are processes the runtime did not start, and measured nothing
+    (0 steps, no knob).  Now each rank applies the knobs, rank 0's steps and fingerprint
+    are the run's, its trial cap ends the other rank, and another rank's failure is
+    reported in its own words."""
+    need("torch")
+    rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "12", method,
+                            env={"MASTER_PORT": _free_port()})
+    assert rc == 0, err
+    assert rec["status"] == "ok" and rec["metrics"]["steps"] == 12
+    assert rec["metrics"]["s_per_step"] > 0
+    # the loss the script printed at its end is the one recorded: rank 0's, unchanged
+    assert float(out.split()[-1]) == pytest.approx(rec["metrics"]["final_loss"], rel=1e-6)
+    assert rec["effect"]["ranks"] == 2 and rec["effect"]["rank_start_method"] == method
+    assert rec["effect"]["trained_modules"] == "DistributedDataParallel"
+    assert rec["fingerprint"]["batch_size"] == 32 and rec["fingerprint"]["flops_per_step"] > 0
+
+    rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "400", method, env={
+        "MASTER_PORT": _free_port(), "MODAK_PRECISION": "bf16", "MODAK_MAX_STEPS": "5"},
+        timeout=120)
+    assert rc == 0, err
+    assert rec["status"] == "capped" and rec["metrics"]["steps"] == 5
+    assert rec["effect"]["stopped_by"] == "MODAK_MAX_STEPS"
+    assert "under torch.autocast('cpu', bfloat16)" in rec["applied"]["precision"]
+    assert rec["effect"]["matmul_dtype"] == "bfloat16"
+
+    rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "12", method, "fail",
+                            env={"MASTER_PORT": _free_port()}, timeout=120)
+    assert rc == 1 and rec["status"] == "failed"
+    assert rec["error"] == {"type": "builtins.ValueError", "knob": None,
+                            "message": "rank 1: rank 1 cannot read its shard"}
+
+
 def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_CHANNELS_LAST": "1",
@@ -788,6 +829,22 @@ def test_a_compiled_run_capped_by_its_compiling_step_has_no_step_time():
 def test_a_script_that_exits_non_zero_keeps_its_status():
     rc, _, rec, _ = run(SCRIPTS / "mlp.py", "not-a-number")
     assert rc == 1 and rec["status"] == "failed" and rec["error"]["knob"] is None
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_script_that_leaves_by_os_exit_still_has_its_record(code):
+    """os._exit skips the interpreter's shutdown, where the record used to be printed:
+    the run had no record at all (the deploy found no result)."""
+    need("torch")
+    rc, out, rec, err = run(SCRIPTS / "hard_exit.py", "12", str(code))
+    assert rc == code and rec is not None, err
+    assert rec["metrics"]["steps"] == 12
+    assert rec["metrics"]["final_loss"] == pytest.approx(float(out.split()[-1]), rel=1e-6)
+    if code:
+        assert rec["status"] == "failed"
+        assert rec["error"]["message"] == "the script exited with status 3 (os._exit)"
+    else:
+        assert rec["status"] == "ok" and rec["error"] is None
 
 
 def test_usage_errors_exit_2():

@@ -7,7 +7,9 @@ chosen, and times every call of the step function Keras makes for ``fit`` and
 notes the start of training.  A script's own loop on the TensorFlow backend (a
 ``GradientTape`` and the optimizer's ``apply_gradients``) is timed too: a step ends where
 the ``tf.function`` that applied the gradients returns (its loss is what it returns, alone
-or under ``"loss"``), or, in an eager loop, where they were applied.  TensorFlow's threads
+or under ``"loss"``), or, in an eager loop, where they were applied.  On the torch backend
+an own loop (``backward()``, then the optimizer's ``apply``) ends a step at each apply, its
+loss the scalar ``backward`` was called on (torch_support notes it).  TensorFlow's threads
 are set when tensorflow is imported; plain TensorFlow gets XLA from ``TF_XLA_FLAGS`` (the
 plan exports it).
 
@@ -70,6 +72,7 @@ class _Keras:
         self.step_functions: set[int] = set()  # ids of those that applied gradients
         self.trained: Optional[list] = None    # the variables a custom loop trains
         self.pending_loss: Any = None  # the target of an eager loop's last GradientTape
+        self.own_loop = False  # an eager loop of its own applied gradients (not TensorFlow)
         if cfg.precision != "fp32":
             policy = "mixed_bfloat16" if cfg.precision == "bf16" else "mixed_float16"
             keras.mixed_precision.set_global_policy(policy)
@@ -127,6 +130,44 @@ class _Keras:
         tf = sys.modules.get("tensorflow")
         if tf is not None and keras.backend.backend() == "tensorflow":
             self._patch_own_loops(tf)
+        elif keras.backend.backend() != "tensorflow":
+            self._patch_eager_loops()
+
+    def _own_apply(self, apply, opt, args, kwargs) -> tuple[Any, bool]:
+        """The optimizer's ``apply``: its result, and whether it was a loop of the script's
+        own (not inside Keras' step, nor nested in another apply).  The first such names
+        the trained model (the variables it applies gradients to), and training starts."""
+        if self.in_keras_step or self.applying:
+            return apply(opt, *args, **kwargs), False
+        self.applying = True
+        try:
+            if self.trained is None:
+                self.s.training_started()
+                given = kwargs.get("trainable_variables", args[1] if len(args) > 1 else None)
+                self.trained = list(given) if given is not None else []
+            return apply(opt, *args, **kwargs), True
+        finally:
+            self.applying = False
+
+    def _patch_eager_loops(self) -> None:
+        """A script's own loop on the torch (or JAX) backend, as Keras' guide writes it:
+        the loss's ``backward()``, then the optimizer's ``apply``, each call of which ends
+        a step; its loss is the scalar ``backward`` was last called on."""
+        me = self
+        Optimizer = self.keras.optimizers.Optimizer
+        apply = Optimizer.apply
+
+        def timed_apply(opt, *args, **kwargs):
+            out, own = me._own_apply(apply, opt, args, kwargs)
+            if not own:
+                return out
+            loss, me.s.backward_loss = me.s.backward_loss, None
+            me.own_loop = True
+            me.own_step(None, loss)
+            return out
+
+        timed_apply.__wrapped__ = apply
+        Optimizer.apply = timed_apply
 
     def _patch_own_loops(self, tf) -> None:
         """Time a script's own loop: the optimizer's ``apply`` (which ``apply_gradients``
@@ -146,17 +187,9 @@ class _Keras:
             return gradient(tape, target, *args, **kwargs)
 
         def timed_apply(opt, *args, **kwargs):
-            if me.in_keras_step or me.applying:
-                return apply(opt, *args, **kwargs)
-            me.applying = True
-            try:
-                if me.trained is None:
-                    me.s.training_started()
-                    given = kwargs.get("trainable_variables", args[1] if len(args) > 1 else None)
-                    me.trained = list(given) if given is not None else []
-                out = apply(opt, *args, **kwargs)
-            finally:
-                me.applying = False
+            out, own = me._own_apply(apply, opt, args, kwargs)
+            if not own:
+                return out
             if me.calls:  # (traced: the outermost tf.function is the step)
                 me.step_functions.add(id(me.calls[0]))
             elif tf.executing_eagerly():
@@ -260,7 +293,8 @@ class _Keras:
         s = self.s
         for model in self.models[:1]:
             jit = getattr(model, "jit_compile", None)
-            own = bool(self.step_functions) and not getattr(model, "compiled", False)
+            own = (bool(self.step_functions) or self.own_loop) and \
+                not getattr(model, "compiled", False)
             if own:  # (its own loop's tf.function: XLA only by TF_XLA_FLAGS)
                 jit = "compiler" in s.applied
             s.effect["compiled"] = bool(jit)
@@ -268,10 +302,13 @@ class _Keras:
             s.effect["compute_dtype"] = str(getattr(policy, "compute_dtype", None))
             s.effect["matmul_dtype"] = s.effect["compute_dtype"]
             if s.config.compiler == "xla" and not jit:
-                s.withdraw("compiler", "the script trains in a loop of its own, whose "
+                s.withdraw("compiler", "Keras turned jit_compile off for this model" if not own
+                           else "the script trains in a loop of its own on the "
+                           f"{self.keras.backend.backend()} backend, which "
+                           "Model.compile(jit_compile=True) does not reach" if self.own_loop
+                           else "the script trains in a loop of its own, whose "
                            "tf.function Model.compile(jit_compile=True) does not reach "
-                           "(TF_XLA_FLAGS is not set)" if own
-                           else "Keras turned jit_compile off for this model")
+                           "(TF_XLA_FLAGS is not set)")
 
 
 def _dims(shape) -> list[int]:

@@ -236,6 +236,9 @@ class Session:
         self.finishers: list = []   # callables run before the record is made
         self.status = "ok"
         self.rank_peak_rss_mb: Optional[float] = None  # of the rank adopted (ranks.py)
+        # the scalar the script last called torch.autograd.backward on (torch_support): the
+        # loss of a Keras loop of its own on the torch backend
+        self.backward_loss: Any = None
 
     # -- knobs ---------------------------------------------------------------------
     def applied_knob(self, knob: str, how: str) -> None:

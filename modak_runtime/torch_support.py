@@ -142,7 +142,7 @@ class _Torch:
 
         def backward(tensors, *args, **kwargs):
             if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-                me.pending_loss = tensors.detach()
+                me.pending_loss = me.s.backward_loss = tensors.detach()
             counter = me.counter
             if counter is None:
                 return original_backward(tensors, *args, **kwargs)

@@ -115,6 +115,28 @@ def test_a_keras_scripts_own_training_loop_is_timed(mode):
 
 # ---------------------------------------------------------------------------
 # knobs in effect, as the record shows them
+def test_a_keras_loop_of_its_own_on_the_torch_backend_is_timed():
+    """Keras' guide's loop on the torch backend (backward(), then the optimizer's apply)
+    never calls Keras' step function nor a torch optimizer: the run measured 0 steps, which
+    the store refuses.  Each apply is a step now, its loss the one backward ran on."""
+    need("keras")
+    env = {"KERAS_BACKEND": "torch", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    rc0, plain, _, _ = run(SCRIPTS / "keras_torch_loop.py", env=env, runtime=False)
+    rc1, wrapped, rec, err = run(SCRIPTS / "keras_torch_loop.py", env=env)
+    assert rc0 == rc1 == 0, err
+    assert wrapped == plain and plain.count("loss") == 2
+    assert rec["effect"]["keras_backend"] == "torch"
+    m = rec["metrics"]
+    assert m["steps"] == 16 and m["s_per_step"] > 0  # 2 epochs x 8 batches
+    assert [s for s, _ in m["losses"]] == list(range(1, 17))
+    assert round(m["final_loss"], 6) == float(plain.splitlines()[-1].split()[-1])
+    assert rec["fingerprint"]["trainable_parameters"] == 16 * 64 + 64 + 64 + 1
+    rc, _, rec, err = run(SCRIPTS / "keras_torch_loop.py",
+                          env={**env, "MODAK_PRECISION": "bf16", "MODAK_MAX_STEPS": "5"})
+    assert rc == 0 and rec["status"] == "capped" and rec["metrics"]["steps"] == 5, err
+    assert rec["effect"]["compute_dtype"] == "bfloat16" and "precision" in rec["applied"]
+
+
 def test_bf16_and_compile_are_in_effect_on_a_plain_pytorch_script():
     need("torch")
     with tempfile.TemporaryDirectory() as cache:  # a cold compile, as on a fresh machine

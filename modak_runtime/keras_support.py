@@ -69,7 +69,8 @@ class _Keras:
         self.in_keras_step = False  # inside Keras' own step function (fit, train_on_batch)
         self.applying = False       # inside the optimizer's apply (a wrapper's nested one)
         self.calls: list = []       # the tf.functions being called, outermost first
-        self.step_functions: set[int] = set()  # ids of those that applied gradients
+        # those that applied gradients, by id (held, so that no other takes a freed one's id)
+        self.step_functions: dict[int, Any] = {}
         self.trained: Optional[list] = None    # the variables a custom loop trains
         self.pending_loss: Any = None  # the target of an eager loop's last GradientTape
         self.own_loop = False  # an eager loop of its own applied gradients (not TensorFlow)
@@ -191,7 +192,7 @@ class _Keras:
             if not own:
                 return out
             if me.calls:  # (traced: the outermost tf.function is the step)
-                me.step_functions.add(id(me.calls[0]))
+                me.step_functions[id(me.calls[0])] = me.calls[0]
             elif tf.executing_eagerly():
                 loss, me.pending_loss = me.pending_loss, None
                 me.own_step(None, loss)

@@ -74,6 +74,9 @@ class _Keras:
         self.trained: Optional[list] = None    # the variables a custom loop trains
         self.pending_loss: Any = None  # the target of an eager loop's last GradientTape
         self.own_loop = False  # an eager loop of its own applied gradients (not TensorFlow)
+        self.last_input: Any = None  # the latest outermost model call's input, till training
+        self.calling = 0             # model calls under way (nested ones are not noted)
+        self.unwatch: Optional[Any] = None
         if cfg.precision != "fp32":
             policy = "mixed_bfloat16" if cfg.precision == "bf16" else "mixed_float16"
             keras.mixed_precision.set_global_policy(policy)
@@ -83,7 +86,37 @@ class _Keras:
         if cfg.channels_last:
             session.refuse("channels_last", "Keras layers choose their own data format")
         self._patch()
+        self._watch_inputs()
         session.finishers.append(self.finish)
+
+    def _watch_inputs(self) -> None:
+        """Until a model's training begins, note the input of the latest outermost model
+        call: an eager loop of the script's own passes no batch to anything MODAK sees
+        (a ``tf.function`` step's is its first argument), and its fingerprint needs one.
+        ``began`` puts ``Model.__call__`` back, so training steps pay nothing for it."""
+        Model, me = self.keras.Model, self
+        own = Model.__dict__.get("__call__")
+        inner = Model.__call__
+
+        def noted_call(model, *args, **kwargs):
+            if not me.calling and args:
+                me.last_input = args[0]
+            me.calling += 1
+            try:
+                return inner(model, *args, **kwargs)
+            finally:
+                me.calling -= 1
+
+        def unwatch() -> None:
+            if own is None:
+                del Model.__call__
+            else:
+                Model.__call__ = own
+            me.last_input, me.unwatch = None, None
+
+        noted_call.__wrapped__ = inner
+        Model.__call__ = noted_call
+        self.unwatch = unwatch
 
     def _patch(self) -> None:
         keras, me = self.keras, self
@@ -221,7 +254,7 @@ class _Keras:
         if not self.models:
             model = self._trained_model()
             if model is not None:
-                self.began(model, x, None)
+                self.began(model, x if x is not None else self.last_input, None)
         loss = out.get("loss") if isinstance(out, dict) else \
             out[0] if isinstance(out, (tuple, list)) and out else out
         if self.s.loss_due() and getattr(loss, "shape", None) == () and loss is not None:
@@ -253,6 +286,8 @@ class _Keras:
         if model in self.models:
             return
         self.models.append(model)
+        if self.unwatch is not None:
+            self.unwatch()
         self.s.training_started()
         fp = self.s.fingerprint
         if fp.id is not None:

@@ -103,9 +103,9 @@ def test_a_keras_scripts_own_training_loop_is_timed(mode):
     assert round(dict(m["losses"])[16], 6) == last
     fp = rec["fingerprint"]
     assert fp["trainable_parameters"] == 20 * 64 + 64 + 64 * 2 + 2
-    assert fp["batch_size"] == (None if mode == "eager" else 32)
-    if mode != "eager":
-        assert fp["flops_per_step"] == 3 * 2 * (20 * 64 + 64 * 2) * 32
+    # (an eager loop's batch is the input of the model's call before its first step)
+    assert fp["batch_size"] == 32
+    assert fp["flops_per_step"] == 3 * 2 * (20 * 64 + 64 * 2) * 32
     if mode == "function":  # XLA reaches its tf.function only by TF_XLA_FLAGS, and says so
         rc, _, xla, err = run(SCRIPTS / "keras_tape.py", env={**env, "MODAK_JIT_COMPILE": "1"})
         assert rc == 0, err
@@ -130,7 +130,9 @@ def test_a_keras_loop_of_its_own_on_the_torch_backend_is_timed():
     assert m["steps"] == 16 and m["s_per_step"] > 0  # 2 epochs x 8 batches
     assert [s for s, _ in m["losses"]] == list(range(1, 17))
     assert round(m["final_loss"], 6) == float(plain.splitlines()[-1].split()[-1])
-    assert rec["fingerprint"]["trainable_parameters"] == 16 * 64 + 64 + 64 + 1
+    fp = rec["fingerprint"]
+    assert fp["trainable_parameters"] == 16 * 64 + 64 + 64 + 1
+    assert fp["batch_size"] == 32 and fp["flops_per_step"] == 3 * 2 * (16 * 64 + 64) * 32
     rc, _, rec, err = run(SCRIPTS / "keras_torch_loop.py",
                           env={**env, "MODAK_PRECISION": "bf16", "MODAK_MAX_STEPS": "5"})
     assert rc == 0 and rec["status"] == "capped" and rec["metrics"]["steps"] == 5, err

@@ -77,6 +77,14 @@ def test_no_match_lists_nearest_variants():
     assert "pytorch-2.13.0-cpu (version 2.13.0 does not match 3.0)" in msg
 
 
+@pytest.mark.parametrize("backend, image", [("tensorflow", "keras-3.15.1-cpu"),
+                                            ("jax", "keras-3.15.1-cpu"),
+                                            ("torch", "keras-3.15.1-torch-cpu")])
+def test_a_keras_backend_picks_the_image_that_installs_it(backend, image):
+    req = request(framework="keras", version="3", application={"keras_backend": backend})
+    assert ids(select_images(req)) == [image]
+
+
 def test_framework_without_images():
     with pytest.raises(NoMatchingImage, match="the catalogue has no cntk image"):
         select_images(request(framework="cntk", version="2.7"))

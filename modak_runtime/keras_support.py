@@ -184,9 +184,11 @@ class _Keras:
             self.applying = False
 
     def _patch_eager_loops(self) -> None:
-        """A script's own loop on the torch (or JAX) backend, as Keras' guide writes it:
-        the loss's ``backward()``, then the optimizer's ``apply``, each call of which ends
-        a step; its loss is the scalar ``backward`` was last called on."""
+        """A script's own loop on the torch backend, as Keras' guide writes it: the loss's
+        ``backward()``, then the optimizer's ``apply``, each call of which ends a step; its
+        loss is the scalar ``backward`` was last called on.  (On JAX, a loop that calls
+        ``apply`` is timed alike, without its loss; one that calls ``stateless_apply``
+        inside a jitted step is not timed.)"""
         me = self
         Optimizer = self.keras.optimizers.Optimizer
         apply = Optimizer.apply

@@ -10,11 +10,11 @@ import os
 import runpy
 import signal
 import sys
-from typing import Callable, Optional
+from typing import Optional
 
 from . import keras_support, ranks, torch_support
 from .record import emit
-from .session import Session, knobs_from_env, run_guarded
+from .session import Session, knobs_from_env, on_hard_exit, run_guarded
 
 USAGE = "usage: python3 -m modak_runtime [--] SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
@@ -35,31 +35,6 @@ def handle_sigterm(session: Session) -> None:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
         session.sigterm_handler = _on_sigterm
-
-
-def record_before_hard_exit(session: Session) -> Callable[[], None]:
-    """A script that ends with ``os._exit`` (to skip a data loader's or a process group's
-    slow teardown) ends without the interpreter's shutdown, and its record would never be
-    printed: in this process (not in its forked children), the record is printed first.
-    Returns what puts ``os._exit`` back."""
-    pid, original = os.getpid(), os._exit
-
-    def hard_exit(code: int) -> None:
-        if os.getpid() == pid:
-            os._exit = original
-            session.disarm_time_cap()
-            error = None if code == 0 else {
-                "type": "SystemExit", "knob": None,
-                "message": f"the script exited with status {code} (os._exit)"}
-            sys.stdout.flush()
-            emit(session.record("ok" if code == 0 else "failed", error))
-        original(code)
-
-    os._exit = hard_exit
-
-    def restore() -> None:
-        os._exit = original
-    return restore
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -98,7 +73,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
 
-    restore = record_before_hard_exit(session)
+    # (a script that leaves by os._exit: its record is printed first)
+    restore = on_hard_exit(lambda status, error: emit(session.record(status, error)),
+                           session)
     status, error, code = run_guarded(session, script, terminated=Terminated)
     restore()
     sys.stdout.flush()

@@ -25,7 +25,8 @@ from typing import Any, Callable, Optional
 
 from . import torch_support
 from .hooks import when_imported
-from .session import RankFailed, Session, StopTrial, knobs_from_env, run_guarded, short
+from .session import (RankFailed, Session, StopTrial, knobs_from_env, on_hard_exit,
+                      run_guarded, short)
 
 # rank 0's exit status after its trial cap stopped it and its record is written
 CAPPED_EXIT = 75
@@ -90,14 +91,19 @@ class RankEntry:
         session.restart_clock(self.t_start)
         if index != 0:
             session.max_steps = session.max_seconds = None
+
+        def report(status: str, error: Optional[dict[str, Any]]) -> None:
+            if index == 0 or status == "failed":  # (rank 0's measurements; another's failure)
+                if index == 0:
+                    session.record(status, error)  # (its finishers complete the fingerprint)
+                with open(f"{self.out}.{index}", "wb") as f:
+                    pickle.dump({"status": status, "error": error,
+                                 "measured": session.measured() if index == 0 else None}, f)
+
+        restore = on_hard_exit(report, session)  # (a function that leaves by os._exit)
         status, error, code = run_guarded(session, lambda: self.fn(index, *args))
-        if index == 0 or status == "failed":  # (rank 0's measurements; another's failure)
-            if index == 0:
-                session.record(status, error)  # (its finishers complete the fingerprint)
-            report = {"status": status, "error": error,
-                      "measured": session.measured() if index == 0 else None}
-            with open(f"{self.out}.{index}", "wb") as f:
-                pickle.dump(report, f)
+        restore()
+        report(status, error)
         sys.stdout.flush()
         sys.stderr.flush()
         if status == "capped" and index == 0:

@@ -109,6 +109,32 @@ def run_guarded(session: "Session", call: Callable[[], Any],
     return status, error, code
 
 
+def on_hard_exit(report: Callable[[str, Optional[dict[str, Any]]], None],
+                 session: "Session") -> Callable[[], None]:
+    """A script (or a rank's function) that leaves by ``os._exit``, to skip a data
+    loader's or a process group's slow teardown, ends without the interpreter's shutdown:
+    what it measured would never be reported.  In this process (not in its forked
+    children), ``report(status, error)`` runs first.  Returns what puts ``os._exit`` back."""
+    pid, original = os.getpid(), os._exit
+
+    def hard_exit(code: int) -> None:
+        if os.getpid() == pid:
+            os._exit = original
+            session.disarm_time_cap()
+            error = None if code == 0 else {
+                "type": "SystemExit", "knob": None,
+                "message": f"the script exited with status {code} (os._exit)"}
+            sys.stdout.flush()
+            report("ok" if code == 0 else "failed", error)
+        original(code)
+
+    os._exit = hard_exit
+
+    def restore() -> None:
+        os._exit = original
+    return restore
+
+
 def _env(name: str) -> Optional[str]:
     value = os.environ.get(name, "").strip()
     return value or None

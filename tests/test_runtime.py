@@ -339,8 +339,8 @@ def test_training_ranks_the_script_starts_itself_are_measured(method):
     """A script that starts its ranks with torch.multiprocessing (the DDP tutorial's
     mp.spawn): the ranks are processes the runtime did not start, and measured nothing
     (0 steps, no knob).  Now each rank applies the knobs, rank 0's steps and fingerprint
-    are the run's, its trial cap ends the other rank, and another rank's failure is
-    reported in its own words."""
+    are the run's, its trial cap ends the other rank, another rank's failure is reported
+    in its own words, and ranks that leave by os._exit still report."""
     need("torch")
     rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "12", method,
                             env={"MASTER_PORT": _free_port()})
@@ -367,6 +367,11 @@ def test_training_ranks_the_script_starts_itself_are_measured(method):
     assert rc == 1 and rec["status"] == "failed"
     assert rec["error"] == {"type": "builtins.ValueError", "knob": None,
                             "message": "rank 1: rank 1 cannot read its shard"}
+
+    # ranks that leave by os._exit (skipping the process group's teardown) still report
+    rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "12", method, "exit",
+                            env={"MASTER_PORT": _free_port()}, timeout=120)
+    assert rc == 0 and rec["status"] == "ok" and rec["metrics"]["steps"] == 12, err
 
 
 def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():

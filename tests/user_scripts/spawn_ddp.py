@@ -1,6 +1,7 @@
 """Two training ranks that the script starts itself, as PyTorch's DDP tutorial does
 (torch.multiprocessing.spawn, gloo on the loopback).  Usage: spawn_ddp.py STEPS [spawn|fork]
-[fail]: 'fail' makes rank 1 raise at its third step."""
+[fail|exit]: 'fail' makes rank 1 raise at its third step, 'exit' makes each rank leave by
+os._exit(0) at its end."""
 import os
 import sys
 
@@ -11,7 +12,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 
-def train(rank, world, steps, port, fail):
+def train(rank, world, steps, port, fail, hard_exit=False):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     torch.manual_seed(0)
@@ -30,16 +31,18 @@ def train(rank, world, steps, port, fail):
         loss.backward()
         opt.step()
     if rank == 0:
-        print("final loss", loss.item())
+        print("final loss", loss.item(), flush=True)
+    if hard_exit:
+        os._exit(0)
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     steps = int(sys.argv[1])
     method = sys.argv[2] if len(sys.argv) > 2 else "spawn"
-    fail = "fail" in sys.argv[3:]
+    fail, hard_exit = "fail" in sys.argv[3:], "exit" in sys.argv[3:]
     port = int(os.environ.get("MASTER_PORT", "29533"))
     if method == "spawn":
-        mp.spawn(train, args=(2, steps, port, fail), nprocs=2)
+        mp.spawn(train, args=(2, steps, port, fail, hard_exit), nprocs=2)
     else:
-        mp.start_processes(train, args=(2, steps, port, fail), nprocs=2, start_method=method)
+        mp.start_processes(train, args=(2, steps, port, fail, hard_exit), nprocs=2, start_method=method)

@@ -69,6 +69,11 @@ def _start(session: Session, original: Callable, fn, args, nprocs: int, join: bo
     return None
 
 
+def _report_file(out: str, index: int) -> str:
+    """Where rank ``index`` leaves its report (rank 0's measurements, another's failure)."""
+    return f"{out}.{index}"
+
+
 class RankEntry:
     """What each rank runs in place of the script's function."""
 
@@ -96,7 +101,7 @@ class RankEntry:
             if index == 0 or status == "failed":  # (rank 0's measurements; another's failure)
                 if index == 0:
                     session.record(status, error)  # (its finishers complete the fingerprint)
-                with open(f"{self.out}.{index}", "wb") as f:
+                with open(_report_file(self.out, index), "wb") as f:
                     pickle.dump({"status": status, "error": error,
                                  "measured": session.measured() if index == 0 else None}, f)
 
@@ -146,7 +151,7 @@ class _Joiner:
 
     def _report(self, index: int) -> Optional[dict[str, Any]]:
         try:
-            with open(f"{self.out}.{index}", "rb") as f:
+            with open(_report_file(self.out, index), "rb") as f:
                 return pickle.load(f)
         except (OSError, EOFError, pickle.UnpicklingError):
             return None  # (ended before it wrote, by another rank's failure or a signal)
@@ -163,7 +168,7 @@ class _Joiner:
         return rank0
 
     def _clean(self) -> None:
-        for name in [self.out] + [f"{self.out}.{i}" for i in range(self.nprocs)]:
+        for name in [self.out] + [_report_file(self.out, i) for i in range(self.nprocs)]:
             try:
                 os.unlink(name)
             except OSError:

@@ -72,6 +72,16 @@ def failure(exc: BaseException, config: Config) -> dict[str, Any]:
             "knob": blame(text, files, config), "message": short(str(exc) or type(exc).__name__)}
 
 
+def _exit_error(code: Any, how: str = "") -> dict[str, Any]:
+    """A record's ``error`` for a script that exited with a non-zero status."""
+    return {"type": "SystemExit", "knob": None,
+            "message": short(f"the script exited with status {code}{how}")}
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def run_guarded(session: "Session", call: Callable[[], Any],
                 terminated: Optional[type] = None) -> tuple[str, Optional[dict[str, Any]], int]:
     """Run ``call`` (the script, or a rank's function) under the session's time cap: its
@@ -92,9 +102,7 @@ def run_guarded(session: "Session", call: Callable[[], Any],
             code = exc.code if isinstance(exc.code, int) else 1
             if not isinstance(exc.code, int):
                 print(exc.code, file=sys.stderr)
-            status = "failed"
-            error = {"type": "SystemExit", "knob": None,
-                     "message": short(f"the script exited with status {exc.code}")}
+            status, error = "failed", _exit_error(exc.code)
     except BaseException as exc:  # the script's failure: report it, then exit non-zero
         traceback.print_exc()
         code = (130 if isinstance(exc, KeyboardInterrupt)
@@ -121,9 +129,7 @@ def on_hard_exit(report: Callable[[str, Optional[dict[str, Any]]], None],
         if os.getpid() == pid:
             os._exit = original
             session.disarm_time_cap()
-            error = None if code == 0 else {
-                "type": "SystemExit", "knob": None,
-                "message": f"the script exited with status {code} (os._exit)"}
+            error = None if code == 0 else _exit_error(code, " (os._exit)")
             sys.stdout.flush()
             report("ok" if code == 0 else "failed", error)
         original(code)
@@ -374,7 +380,7 @@ class Session:
         """What a training rank measured, for the script's process to adopt; its finishers
         have run (:meth:`record`)."""
         state = {name: getattr(self, name) for name in self.MEASURED}
-        state["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        state["peak_rss_mb"] = _peak_rss_mb()
         return state
 
     def adopt(self, state: dict[str, Any]) -> None:
@@ -397,8 +403,7 @@ class Session:
     def metrics(self) -> Metrics:
         ends = self.step_ends
         m = Metrics(steps=len(ends), wall_s=time.perf_counter() - self.t_start,
-                    peak_rss_mb=max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-                                    self.rank_peak_rss_mb or 0.0),
+                    peak_rss_mb=max(_peak_rss_mb(), self.rank_peak_rss_mb or 0.0),
                     final_loss=self.last_loss, losses=self.losses, accuracy=self.accuracy)
         if self.t_train is not None:
             m.startup_s = self.t_train - self.t_start

@@ -340,13 +340,17 @@ class _Keras:
             s.effect["compute_dtype"] = str(getattr(policy, "compute_dtype", None))
             s.effect["matmul_dtype"] = s.effect["compute_dtype"]
             if s.config.compiler == "xla" and not jit:
-                s.withdraw("compiler", "Keras turned jit_compile off for this model" if not own
-                           else "the script trains in a loop of its own on the "
+                if not own:
+                    why = "Keras turned jit_compile off for this model"
+                elif self.own_loop:
+                    why = (f"the script trains in a loop of its own on the "
                            f"{self.keras.backend.backend()} backend, which "
-                           "Model.compile(jit_compile=True) does not reach" if self.own_loop
-                           else "the script trains in a loop of its own, whose "
-                           "tf.function Model.compile(jit_compile=True) does not reach "
+                           "Model.compile(jit_compile=True) does not reach")
+                else:
+                    why = ("the script trains in a loop of its own, whose tf.function "
+                           "Model.compile(jit_compile=True) does not reach "
                            "(TF_XLA_FLAGS is not set)")
+                s.withdraw("compiler", why)
 
 
 def _dims(shape) -> list[int]:

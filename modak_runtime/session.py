@@ -247,6 +247,10 @@ class Session:
         self.t_start = time.perf_counter()
         self.t_train: Optional[float] = None   # when training began (optimizer or fit)
         self.step_ends: list[float] = []
+        # the later models a script trained one after another (a sweep, folds): where each
+        # one's steps begin in step_ends, and whether it is the first one's size, so that
+        # its steady steps are timed with the first one's (torch_support.next_model)
+        self.models: list[tuple[int, bool]] = []
         self.losses: list[list[float]] = []
         self.loss_stride = 1
         self.last_loss: Optional[float] = None
@@ -303,6 +307,10 @@ class Session:
                 self.step_ends[-1] - self.t_start >= self.max_seconds:
             self.stopped_by = "time"
             raise StopTrial()
+
+    def next_model(self, same: bool) -> None:
+        """A later model's steps begin with the next one (see ``models``)."""
+        self.models.append((len(self.step_ends), same))
 
     # -- the time cap ----------------------------------------------------------------
     def arm_time_cap(self) -> None:
@@ -372,7 +380,7 @@ class Session:
             self.loss_stride *= 2
 
     # -- a rank's measurements (ranks.py) ---------------------------------------------
-    MEASURED = ("t_train", "step_ends", "losses", "loss_stride", "last_loss", "stopped_by",
+    MEASURED = ("t_train", "step_ends", "models", "losses", "loss_stride", "last_loss", "stopped_by",
                 "framework", "framework_version", "applied", "not_applied", "effect",
                 "fingerprint", "accuracy")
 
@@ -397,6 +405,7 @@ class Session:
         start."""
         self.t_start = t_start
         self.t_train, self.step_ends, self.losses, self.loss_stride = None, [], [], 1
+        self.models = []
         self.last_loss, self.stopped_by = None, None
 
     # -- the record ------------------------------------------------------------------
@@ -415,11 +424,24 @@ class Session:
         warm = self.warmup
         if warm is None:  # compilers need more than one step to settle
             warm = 3 if self.config.compiler != "off" else 2
-        # a compiler compiles on the second step (the first one is measured eagerly for
-        # the fingerprint): its warm-up must take in at least two steps
-        warm = max(1, min(warm, len(ends) - 1))
-        intervals = [b - a for a, b in zip(ends[warm - 1:], ends[warm:])]
-        s = (ends[-1] - ends[warm - 1]) / len(intervals)
+        # each timed model's steps after its own warm-up: the first model's, and the later
+        # ones' of its size (a compiler compiles each anew); no interval across two models.
+        # A compiler compiles on the second step (the first one is measured eagerly for
+        # the fingerprint): a warm-up must take in at least two steps
+        bounds = [0] + [start for start, same in self.models] + [len(ends)]
+        timed = [0] + [i + 1 for i, (start, same) in enumerate(self.models) if same]
+        intervals: list[float] = []
+        span = 0.0
+        for k in timed:
+            seg = ends[bounds[k]:bounds[k + 1]]
+            if len(seg) >= 2:
+                cut = max(1, min(warm, len(seg) - 1))
+                intervals += [b - a for a, b in zip(seg[cut - 1:], seg[cut:])]
+                span += seg[-1] - seg[cut - 1]
+        if not intervals:
+            return m
+        warm = max(1, min(warm, bounds[1] - 1))  # the first model's, whose warm-up is reported
+        s = span / len(intervals)
         m.warmup_steps, m.timed_steps = warm, len(intervals)
         m.s_per_step, m.steps_per_s = s, 1.0 / s
         m.s_per_step_median = statistics.median(intervals)

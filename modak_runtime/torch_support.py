@@ -8,6 +8,9 @@ Nothing here changes the script's text.  When the script imports torch, the runt
   on them it applies bf16 autocast (``forward`` under ``torch.autocast``), channels-last,
   and, after the first step, ``torch.compile`` in place (the script's own reference to its
   model then runs compiled);
+* a new optimizer over other parameters, made after the first model stepped and stepping
+  without it, is the next model's (a sweep, folds): the same knobs are applied to its
+  modules, and its steps are the run's from then on (``_Torch.next_model``);
 * times each step of that optimizer with the global step post-hook, and reads the loss
   (the scalar ``torch.autograd.backward`` is called on); when the parameters are on a CUDA
   GPU, a step ends when the GPU finishes it (a CUDA event recorded at each step's end,
@@ -36,6 +39,11 @@ from .session import Session
 CONVENTIONS = {"accelerate": "accelerate", "lightning": "lightning",
                "pytorch_lightning": "lightning"}
 MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution"}
+# a new optimizer over other parameters, made once the first model stepped, is the next
+# model's (a sweep, a fold) once it has stepped so often with none of the current one's
+# between (a GAN's second optimizer steps between the first one's steps)
+NEXT_MODEL_STEPS = 2
+LATER_MODELS_KEPT = 8  # the later models the record describes one by one (it counts all)
 
 
 def install(session: Session) -> None:
@@ -103,6 +111,8 @@ class _Torch:
             session.refuse("compiler", "XLA is not a PyTorch compiler")
         self.primary = None
         self.primary_params: set[int] = set()  # ids of the parameters it optimizes
+        self.successor = None  # a later optimizer over other parameters, perhaps the next model's
+        self.successor_steps = 0  # its steps since the current model's last one
         self.pending_loss = None
         self.step_loss = None  # the pending loss when the primary optimizer last stepped
         self.counter = None
@@ -133,6 +143,8 @@ class _Torch:
                 # epoch, or after a learning-rate range test) takes over the step count;
                 # one over others (a GAN's second) does not
                 me.primary, me.primary_params = opt, ids
+            elif me.s.step_ends:  # made once the model trained: perhaps the next model's
+                me.successor, me.successor_steps = opt, 0
 
         init.__wrapped__ = original_init
         torch.optim.Optimizer.__init__ = init
@@ -230,19 +242,20 @@ class _Torch:
         if cfg.channels_last:
             s.refuse("channels_last", f"not applied to a {conv} script")
 
-    def _channels_last(self) -> None:
-        torch = self.torch
-        convs = [m for r in self.roots for m in r.modules()
+    def _channels_last(self, roots: Optional[list] = None, quiet: bool = False) -> None:
+        torch, roots = self.torch, self.roots if roots is None else roots
+        convs = [m for r in roots for m in r.modules()
                  if isinstance(m, (torch.nn.Conv2d,))]
         if not convs:
             self.s.refuse("channels_last", "the trained module has no 2-D convolution")
             return
-        for root in self.roots:
+        for root in roots:
             root.to(memory_format=torch.channels_last)
             self._wrap_forward(root, lambda args: tuple(
                 a.contiguous(memory_format=torch.channels_last)
                 if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args), None)
-        self.s.applied_knob("channels_last", "module and 4-D inputs in channels_last")
+        if not quiet:
+            self.s.applied_knob("channels_last", "module and 4-D inputs in channels_last")
 
     def _autocast(self, device: str) -> None:
         torch, s, prec = self.torch, self.s, self.s.config.precision
@@ -271,7 +284,14 @@ class _Torch:
 
     # -- steps ------------------------------------------------------------------------
     def after_step(self, opt) -> None:
-        if opt is not self.primary:
+        if opt is self.primary:
+            self.successor_steps = 0
+        elif opt is self.successor:
+            self.successor_steps += 1
+            if self.successor_steps < NEXT_MODEL_STEPS:
+                return
+            self.next_model(opt)  # this step is the next model's first one timed
+        else:
             return
         s = self.s
         self.step_loss = self.pending_loss  # (the trained model's, not a later critic's)
@@ -290,8 +310,9 @@ class _Torch:
             what = ", ".join(sorted({f"{type(t).__name__} inside {type(r).__name__}"
                                      if t is not r else type(r).__name__
                                      for r, t in zip(self.roots, targets)}))
-            s.applied_knob("compiler", f"torch.compile(mode={mode!r}) of {what} in place, "
-                           "after the first step")
+            if "compiler" not in s.applied:  # (a later model's compilation: the first one's)
+                s.applied_knob("compiler", f"torch.compile(mode={mode!r}) of {what} in "
+                               "place, after the first step")
         if self.events is not None:
             if not self.events:  # the first step's end on the GPU anchors the clock
                 self.torch.cuda.synchronize()
@@ -299,6 +320,42 @@ class _Torch:
             event.record()
             self.events.append(event)
         s.step_done()
+
+    def next_model(self, opt) -> None:
+        """The script trains another model after the first one (a sweep over learning rates,
+        cross-validation's folds): its steps are the run's steps from now on (the trial caps
+        count them), the knobs applied to the first model are applied to it, and its steady
+        steps are timed with the first one's where it is of the first one's size (the
+        fingerprint is the first one's)."""
+        s, cfg = self.s, self.s.config
+        params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+        size = int(sum(p.numel() for p in params))
+        self.primary, self.primary_params = opt, _param_ids(opt)
+        self.successor, self.successor_steps = None, 0
+        same = size == s.fingerprint.trainable_parameters
+        s.next_model(same)
+        roots = self.trained_modules(params) if params else []
+        knobs = []
+        if roots and not self.convention:
+            self.roots = roots
+            torch = self.torch
+            if "channels_last" in s.applied and any(
+                    isinstance(m, torch.nn.Conv2d) for r in roots for m in r.modules()):
+                self._channels_last(roots, quiet=True)
+                knobs.append("channels_last")
+            if "precision" in s.applied:
+                for root in roots:
+                    self._wrap_forward(root, None, (params[0].device.type, torch.bfloat16))
+                knobs.append("precision")
+            if "compiler" in s.applied:
+                self.compile_mode = cfg.compiler.partition(":")[2] or "default"
+                knobs.append("compiler")
+        later = s.effect.setdefault("later_models", [])
+        s.effect["models_trained"] = 1 + len(s.models)
+        if len(later) < LATER_MODELS_KEPT:
+            later.append({"trained_modules": ", ".join(sorted({type(m).__name__ for m in roots}))
+                          or "none", "trainable_parameters": size,
+                          "first_step": len(s.step_ends) + 1, "timed": same, "knobs": knobs})
 
     def _gpu_clock(self) -> None:
         """The step ends as the GPU reached them: the first step's (synchronised) end plus

@@ -374,6 +374,35 @@ def test_training_ranks_the_script_starts_itself_are_measured(method):
     assert rc == 0 and rec["status"] == "ok" and rec["metrics"]["steps"] == 12, err
 
 
+def test_models_trained_one_after_another_each_get_the_knobs_and_count_against_the_cap():
+    """A sweep (a fresh model and optimizer per learning rate): only the first model had
+    the knobs and was timed, and the trial caps never stopped the later ones.  Now every
+    model gets the first one's knobs, the later models' steps count against the cap, and
+    the steady steps of those of the first one's size are timed with it."""
+    need("torch")
+    rc, out, rec, err = run(SCRIPTS / "lr_sweep.py", "8", "0.3", "0.1", "0.05:256", env={
+        "MODAK_PRECISION": "bf16", "MODAK_TORCH_COMPILE": "default"})
+    assert rc == 0 and rec["status"] == "ok", err
+    lines = [line.split() for line in out.splitlines() if line.startswith("rate")]
+    assert [(w[3], w[6], w[7]) for w in lines] == [
+        ("128", "bfloat16", "compiled"), ("128", "bfloat16", "compiled"),
+        ("256", "bfloat16", "compiled")]
+    assert rec["effect"]["models_trained"] == 3
+    second, third = rec["effect"]["later_models"]
+    assert second["knobs"] == third["knobs"] == ["precision", "compiler"]
+    assert second["timed"] and not third["timed"]
+    assert second["trainable_parameters"] == rec["fingerprint"]["trainable_parameters"]
+    assert third["trainable_parameters"] > second["trainable_parameters"]
+    # a later model's first step is not yet known to be the next model's: 8 + 7 + 7 steps;
+    # timed after each timed model's warm-up of 3 steps: 5 of the first, 4 of the second
+    assert rec["metrics"]["steps"] == 22 and second["first_step"] == 9
+    assert rec["metrics"]["timed_steps"] == 9 and rec["metrics"]["warmup_steps"] == 3
+
+    rc, out, rec, err = run(SCRIPTS / "lr_sweep.py", "8", env={"MODAK_MAX_STEPS": "12"})
+    assert rc == 0 and rec["status"] == "capped" and rec["metrics"]["steps"] == 12, err
+    assert [line.split()[1] for line in out.splitlines() if line.startswith("rate")] == ["0.3"]
+
+
 def test_a_knob_that_cannot_be_applied_is_reported_not_claimed():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_CHANNELS_LAST": "1",

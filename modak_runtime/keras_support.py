@@ -292,7 +292,11 @@ class _Keras:
             self.unwatch()
         self.s.training_started()
         fp = self.s.fingerprint
-        if fp.id is not None:
+        if fp.id is not None:  # a later model (a sweep, folds): its steps timed apart
+            if self.s.step_ends:
+                size = int(sum(math.prod(w.shape) for w in model.trainable_weights))
+                self.s.next_model(size == fp.trainable_parameters)
+                self.s.effect["models_trained"] = 1 + len(self.s.models)
             return
         if batch_size is None:
             shape = getattr(x, "shape", None)

@@ -79,6 +79,14 @@ def test_keras_fit_defaults_reproduce_the_plain_scripts_loss():
     assert fp["flops_per_step"] == 3 * (conv + dense) * 64 and fp["batch_size"] == 64
     assert fp["flop_share"]["conv"] == pytest.approx(conv / (conv + dense))
 
+    # two models fitted one after another: each one's steps timed after its own warm-up
+    # (the second one's first step traces its step function anew), none across the two
+    rc, out, rec, err = run(SCRIPTS / "keras_fit.py", "--models", "2", "--epochs", "1",
+                            env=env)
+    assert rc == 0 and out.count("final loss") == 2, err
+    assert rec["effect"]["models_trained"] == 2 and rec["metrics"]["steps"] == 16
+    assert rec["metrics"]["timed_steps"] == 12 and rec["metrics"]["warmup_steps"] == 2
+
 
 @pytest.mark.parametrize("mode", ["function", "eager", "fit-after"])
 def test_a_keras_scripts_own_training_loop_is_timed(mode):

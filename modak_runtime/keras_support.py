@@ -292,17 +292,16 @@ class _Keras:
             self.unwatch()
         self.s.training_started()
         fp = self.s.fingerprint
+        size = int(sum(math.prod(w.shape) for w in model.trainable_weights))
         if fp.id is not None:  # a later model (a sweep, folds): its steps timed apart
             if self.s.step_ends:
-                size = int(sum(math.prod(w.shape) for w in model.trainable_weights))
                 self.s.next_model(size == fp.trainable_parameters)
-                self.s.effect["models_trained"] = 1 + len(self.s.models)
             return
         if batch_size is None:
             shape = getattr(x, "shape", None)
             batch_size = int(shape[0]) if shape is not None and len(shape) else None
         fp.batch_size = batch_size
-        fp.trainable_parameters = int(sum(math.prod(w.shape) for w in model.trainable_weights))
+        fp.trainable_parameters = size
         fp.dtype = str(model.dtype_policy.variable_dtype)
         try:
             fp.input_shape = [int(d) for d in model.inputs[0].shape[1:]]

@@ -311,6 +311,7 @@ class Session:
     def next_model(self, same: bool) -> None:
         """A later model's steps begin with the next one (see ``models``)."""
         self.models.append((len(self.step_ends), same))
+        self.effect["models_trained"] = 1 + len(self.models)
 
     # -- the time cap ----------------------------------------------------------------
     def arm_time_cap(self) -> None:

@@ -60,7 +60,7 @@ def set_convention_environment(session: Session) -> None:
         env["PL_TRAINER_PRECISION"] = f"{cfg.precision}-mixed"
     if cfg.compiler.startswith("torch.compile"):
         env["ACCELERATE_DYNAMO_BACKEND"] = "inductor"
-        env["ACCELERATE_DYNAMO_MODE"] = cfg.compiler.partition(":")[2] or "default"
+        env["ACCELERATE_DYNAMO_MODE"] = _compile_mode(cfg)
     if cfg.threads:
         env["OMP_NUM_THREADS"] = str(cfg.threads)  # Accelerate sets 1 when it is unset
     for key, value in env.items():
@@ -186,11 +186,11 @@ class _Torch:
     def optimizer_created(self, opt) -> None:
         s, torch, cfg = self.s, self.torch, self.s.config
         s.training_started()
-        params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+        params = _trained_params(opt)
         if not params:
             return
         fp = s.fingerprint
-        fp.trainable_parameters = int(sum(p.numel() for p in params))
+        fp.trainable_parameters = _size(params)
         fp.dtype = str(params[0].dtype).replace("torch.", "")
         device = params[0].device.type
         s.effect["device"] = device
@@ -217,7 +217,7 @@ class _Torch:
             if cfg.precision != "fp32":
                 self._autocast(device)
             if cfg.compiler.startswith("torch.compile"):
-                self.compile_mode = cfg.compiler.partition(":")[2] or "default"
+                self.compile_mode = _compile_mode(cfg)
         if not (self.convention and cfg.compiler != "off"):
             self.counter = _FlopCounter(self, torch)
             self.counter.start(params)
@@ -242,13 +242,15 @@ class _Torch:
         if cfg.channels_last:
             s.refuse("channels_last", f"not applied to a {conv} script")
 
-    def _channels_last(self, roots: Optional[list] = None, quiet: bool = False) -> None:
+    def _channels_last(self, roots: Optional[list] = None, quiet: bool = False) -> bool:
+        """Channels-last on ``roots`` (the trained modules); ``quiet``: a later model's,
+        the knob already reported.  Whether it applied (a 2-D convolution to take it)."""
         torch, roots = self.torch, self.roots if roots is None else roots
         convs = [m for r in roots for m in r.modules()
                  if isinstance(m, (torch.nn.Conv2d,))]
         if not convs:
             self.s.refuse("channels_last", "the trained module has no 2-D convolution")
-            return
+            return False
         for root in roots:
             root.to(memory_format=torch.channels_last)
             self._wrap_forward(root, lambda args: tuple(
@@ -256,16 +258,18 @@ class _Torch:
                 if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args), None)
         if not quiet:
             self.s.applied_knob("channels_last", "module and 4-D inputs in channels_last")
+        return True
 
-    def _autocast(self, device: str) -> None:
+    def _autocast(self, device: str, roots: Optional[list] = None, quiet: bool = False) -> None:
         torch, s, prec = self.torch, self.s, self.s.config.precision
         if prec == "fp16":
             s.refuse("precision", "fp16 needs a gradient scaler, which the script does not have")
             return
-        for root in self.roots:
+        for root in self.roots if roots is None else roots:
             self._wrap_forward(root, None, (device, torch.bfloat16))
-        s.applied_knob("precision", f"forward of {s.effect['trained_modules']} under "
-                       f"torch.autocast({device!r}, bfloat16), its outputs in float32")
+        if not quiet:
+            s.applied_knob("precision", f"forward of {s.effect['trained_modules']} under "
+                           f"torch.autocast({device!r}, bfloat16), its outputs in float32")
 
     def _wrap_forward(self, module, convert, autocast) -> None:
         torch = self.torch
@@ -327,9 +331,9 @@ class _Torch:
         count them), the knobs applied to the first model are applied to it, and its steady
         steps are timed with the first one's where it is of the first one's size (the
         fingerprint is the first one's)."""
-        s, cfg = self.s, self.s.config
-        params = [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
-        size = int(sum(p.numel() for p in params))
+        s = self.s
+        params = _trained_params(opt)
+        size = _size(params)
         self.primary, self.primary_params = opt, _param_ids(opt)
         self.successor, self.successor_steps = None, 0
         same = size == s.fingerprint.trainable_parameters
@@ -338,20 +342,15 @@ class _Torch:
         knobs = []
         if roots and not self.convention:
             self.roots = roots
-            torch = self.torch
-            if "channels_last" in s.applied and any(
-                    isinstance(m, torch.nn.Conv2d) for r in roots for m in r.modules()):
-                self._channels_last(roots, quiet=True)
+            if "channels_last" in s.applied and self._channels_last(roots, quiet=True):
                 knobs.append("channels_last")
             if "precision" in s.applied:
-                for root in roots:
-                    self._wrap_forward(root, None, (params[0].device.type, torch.bfloat16))
+                self._autocast(params[0].device.type, roots, quiet=True)
                 knobs.append("precision")
             if "compiler" in s.applied:
-                self.compile_mode = cfg.compiler.partition(":")[2] or "default"
+                self.compile_mode = _compile_mode(s.config)
                 knobs.append("compiler")
         later = s.effect.setdefault("later_models", [])
-        s.effect["models_trained"] = 1 + len(s.models)
         if len(later) < LATER_MODELS_KEPT:
             later.append({"trained_modules": ", ".join(sorted({type(m).__name__ for m in roots}))
                           or "none", "trainable_parameters": size,
@@ -628,6 +627,20 @@ class _FlopCounter:
                            f"under its own torch.autocast(dtype={own}), which stands: MODAK's "
                            "autocast is not put over it")
         fp.id = fingerprint_id("pytorch", fp)
+
+
+def _trained_params(opt: Any) -> list:
+    """The parameters an optimizer trains (those that take a gradient)."""
+    return [p for g in opt.param_groups for p in g["params"] if p.requires_grad]
+
+
+def _size(params: list) -> int:
+    return int(sum(p.numel() for p in params))
+
+
+def _compile_mode(cfg: Any) -> str:
+    """``torch.compile``'s mode of the plan's compiler (``torch.compile:MODE``)."""
+    return cfg.compiler.partition(":")[2] or "default"
 
 
 def _param_ids(opt: Any) -> set[int]:

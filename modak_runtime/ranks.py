@@ -59,8 +59,12 @@ def _start(session: Session, original: Callable, fn, args, nprocs: int, join: bo
     os.close(fd)
     _SESSION = session
     session.disarm_time_cap()  # (rank 0 has the cap now)
-    context = original(RankEntry(fn, session.script, session.t_start, out), args, nprocs,
-                       False, daemon, start_method)
+    try:
+        context = original(RankEntry(fn, session.script, session.t_start, out), args, nprocs,
+                           False, daemon, start_method)
+    except BaseException:  # (no ranks to join: nothing will remove the reports' files)
+        _remove_reports(out, nprocs)
+        raise
     context.join = _Joiner(session, context.join, out, nprocs, start_method)
     if not join:
         return context
@@ -72,6 +76,15 @@ def _start(session: Session, original: Callable, fn, args, nprocs: int, join: bo
 def _report_file(out: str, index: int) -> str:
     """Where rank ``index`` leaves its report (rank 0's measurements, another's failure)."""
     return f"{out}.{index}"
+
+
+def _remove_reports(out: str, nprocs: int) -> None:
+    """Remove rank 0's file and every rank's report, those that exist."""
+    for name in [out] + [_report_file(out, i) for i in range(nprocs)]:
+        try:
+            os.unlink(name)
+        except OSError:
+            pass
 
 
 class RankEntry:
@@ -168,8 +181,4 @@ class _Joiner:
         return rank0
 
     def _clean(self) -> None:
-        for name in [self.out] + [_report_file(self.out, i) for i in range(self.nprocs)]:
-            try:
-                os.unlink(name)
-            except OSError:
-                pass
+        _remove_reports(self.out, self.nprocs)

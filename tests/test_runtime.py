@@ -382,6 +382,22 @@ def test_training_ranks_the_script_starts_itself_are_measured(method):
     assert rc == 0 and rec["status"] == "ok" and rec["metrics"]["steps"] == 12, err
 
 
+def test_ranks_that_cannot_be_started_leave_no_report_file(tmp_path, monkeypatch):
+    """torch.multiprocessing failing to start the ranks (no processes left to join): the
+    file rank 0 was to report in is removed, and the script gets the error as it was."""
+    from modak_runtime import ranks
+    from modak_runtime.record import Config
+    from modak_runtime.session import Session
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def original(*args):
+        raise OSError("cannot start a process")
+
+    with pytest.raises(OSError, match="cannot start a process"):
+        ranks._start(Session(Config(), "x.py"), original, print, (), 2, True, False, "spawn")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_models_trained_one_after_another_each_get_the_knobs_and_count_against_the_cap():
     """A sweep (a fresh model and optimizer per learning rate): only the first model had
     the knobs and was timed, and the trial caps never stopped the later ones.  Now every

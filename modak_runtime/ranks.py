@@ -58,12 +58,15 @@ def _start(session: Session, original: Callable, fn, args, nprocs: int, join: bo
     fd, out = tempfile.mkstemp(prefix="modak-rank0-", suffix=".pickle")
     os.close(fd)
     _SESSION = session
+    armed = session.armed
     session.disarm_time_cap()  # (rank 0 has the cap now)
     try:
         context = original(RankEntry(fn, session.script, session.t_start, out), args, nprocs,
                            False, daemon, start_method)
     except BaseException:  # (no ranks to join: nothing will remove the reports' files)
         _remove_reports(out, nprocs)
+        if armed:  # (no rank 0 to stop the run: the script's process has the cap again)
+            session.arm_time_cap()
         raise
     context.join = _Joiner(session, context.join, out, nprocs, start_method)
     if not join:

@@ -323,9 +323,13 @@ class Session:
         character-level LSTM (its cell stepped in Python), its alarm raised inside
         Dynamo's weakref callback, ran 67 s under a 9.7 s cap.  A
         script that sets its own SIGALRM handler keeps it; the cap is then checked at the
-        end of each step only."""
-        if self.max_seconds is None or not hasattr(signal, "setitimer") or \
-                signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL:
+        end of each step only.  Armed again after ``disarm_time_cap`` (ranks that could
+        not be started), it counts from the run's start as before."""
+        if self.max_seconds is None or not hasattr(signal, "setitimer"):
+            return
+        handler = signal.getsignal(signal.SIGALRM)
+        ours = self.alarm_handler is not None and handler is self.alarm_handler
+        if handler is not signal.SIG_DFL and not ours:
             return
         session = self
         self.armed = True

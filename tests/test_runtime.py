@@ -5,6 +5,7 @@ with the plan's knobs as environment variables, and reads the figure-of-merit re
 """
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -384,17 +385,27 @@ def test_training_ranks_the_script_starts_itself_are_measured(method):
 
 def test_ranks_that_cannot_be_started_leave_no_report_file(tmp_path, monkeypatch):
     """torch.multiprocessing failing to start the ranks (no processes left to join): the
-    file rank 0 was to report in is removed, and the script gets the error as it was."""
+    file rank 0 was to report in is removed, the script gets the error as it was, and the
+    time cap that rank 0 was to have is the script process's again."""
     from modak_runtime import ranks
     from modak_runtime.record import Config
     from modak_runtime.session import Session
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("MODAK_MAX_SECONDS", "600")
 
     def original(*args):
+        assert not session.armed and signal.getitimer(signal.ITIMER_REAL)[0] == 0
         raise OSError("cannot start a process")
 
-    with pytest.raises(OSError, match="cannot start a process"):
-        ranks._start(Session(Config(), "x.py"), original, print, (), 2, True, False, "spawn")
+    session = Session(Config(), "x.py")
+    session.arm_time_cap()
+    try:
+        with pytest.raises(OSError, match="cannot start a process"):
+            ranks._start(session, original, print, (), 2, True, False, "spawn")
+        assert session.armed and 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 600
+    finally:
+        session.disarm_time_cap()
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
     assert list(tmp_path.iterdir()) == []
 
 

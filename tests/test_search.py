@@ -189,8 +189,9 @@ def test_a_job_measured_too_short_for_trials_tries_no_candidate():
         assert why.startswith("not tried: the budget (2.9 s") and "has 0.0 s left after " \
             "the trials before it (stock's 5.0 s, and 5.5 s kept for its second trial)" \
             in why and "too short" in why, why
-    assert out.summary() == (f"chose {STOCK.label()} after 1 trials in 1 round(s), 5.0 s "
-                             f"of a 2.9 s budget")  # (a budget under 10 s to the tenth)
+    assert out.summary() == (f"chose {STOCK.label()} after 1 trial in 1 round, 5.0 s of a "
+                             f"2.9 s budget (stock's trials, which always run, took 5.0 s of "
+                             f"it)")  # (a budget under 10 s to the tenth)
     # the same through the state a playbook keeps between its steps, a trial at a time
     h = Halving([COMPILE, BF16, TCMALLOC], STOCK, job_steps=600, budget_s=180,
                 budget_fraction=0.1)

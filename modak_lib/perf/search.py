@@ -264,9 +264,17 @@ class Outcome:
     rounds: int = 0
 
     def summary(self) -> str:
-        return (f"chose {self.chosen.label()} after {len(self.trials)} trials in "
-                f"{self.rounds} round(s), {_secs(self.spent_s)} s of a {_secs(self.budget_s)} s "
-                f"budget")
+        """One line: the choice, the trials and rounds, and the time spent of the budget;
+        where that is over the budget, what stock's trials took, which run whatever the
+        budget (a job of a few seconds read "5.4 s of a 0.5 s budget" and nothing more)."""
+        trials, rounds = len(self.trials), self.rounds
+        line = (f"chose {self.chosen.label()} after {trials} trial{'s' * (trials != 1)} in "
+                f"{rounds} round{'s' * (rounds != 1)}, {_secs(self.spent_s)} s of a "
+                f"{_secs(self.budget_s)} s budget")
+        if self.spent_s > self.budget_s:
+            stock = sum(t.wall_s for t in self.trials if t.configuration == self.stock)
+            line += f" (stock's trials, which always run, took {_secs(stock)} s of it)"
+        return line
 
 
 def _secs(seconds: float) -> str:

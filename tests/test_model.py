@@ -255,11 +255,23 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
     first = m.refit_after_run(store, path)  # no model yet: fitted
     assert m.load(path).card.model_id == first
     assert m.load(path).card.estimator in m.QUICK_ESTIMATORS
-    rows = m.load(path).card.rows
+    compared = m.load(path).card
+    rows = compared.rows
     store.append([row("mnist-cnn", "off", 2, "glibc", "fp32", 0.09, rep=5)])
     second = m.refit_after_run(store, path)  # a quick model: refitted on the new run too
     assert second != first and m.load(path).card.model_id == second
     assert m.load(path).card.rows == rows + 1
+    # one run more is not worth comparing the estimators again: the kept one is refitted
+    # alone, its held-out figures carried over and said to be of the rows they were
+    card = m.load(path).card
+    assert card.held_out_rows == rows and card.estimator == compared.estimator
+    assert (card.held_out_mape, card.sigma_log, card.sigma_log_unseen) == (
+        compared.held_out_mape, compared.sigma_log, compared.sigma_log_unseen)
+    store.append([row("mnist-cnn", "off", 1, "glibc", "fp32", 0.2, rep=10 + i)
+                  for i in range(int(rows * m.REFRESH_SHARE) + 1)])
+    third = m.refit_after_run(store, path)  # grown by more than REFRESH_SHARE: compared again
+    card = m.load(path).card
+    assert card.model_id == third and card.held_out_rows == card.rows > rows + 1
     full = m.fit(families(n=3), estimators=("forest-split",))
     full.save(path)
     said = m.refit_after_run(store, path)
@@ -269,11 +281,11 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
                  estimators=("linear",))  # a quick estimator, on more than the store has
     more.save(path)
     said = m.refit_after_run(store, path)
-    assert said.startswith(f"kept {more.card.model_id}: fitted on {rows + 1 + len(families(n=3))}")
+    assert said.startswith(f"kept {more.card.model_id}: fitted on {card.rows + len(families(n=3))}")
     meta = json.loads(path.with_suffix(".json").read_text())  # unless this MODAK cannot use it
     meta["feature_version"] = -1
     path.with_suffix(".json").write_text(json.dumps(meta))
-    assert m.refit_after_run(store, path) == second
+    assert m.refit_after_run(store, path) == third
 
 
 def test_too_little_data_is_an_error():

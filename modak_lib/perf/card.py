@@ -35,6 +35,10 @@ class ModelCard(BaseModel):
     held_out_by: Literal["configuration", "workload", "target"] = Field(
         description="what was held out to compare the estimators")
     held_out_mape: dict[str, Optional[float]]
+    held_out_rows: Optional[int] = Field(
+        None, description="the measurements the held-out figures (held_out_mape, the sigmas) "
+                          "were measured on: fewer than rows where a refit after a run "
+                          "carried them over (fit.refit_after_run); None in older cards")
     sigma_log: float = Field(description="RMS error in log space, a configuration held out")
     sigma_log_unseen: float = Field(description="RMS error in log space, a whole workload "
                                     "family (or target) held out: the uncertainty for one "

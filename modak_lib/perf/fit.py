@@ -518,6 +518,9 @@ ESTIMATORS = ("linear", "linear-main", "linear-pairs", "gbr", "forest", "extra-t
 # formulas
 QUICK_ESTIMATORS = ("linear", "linear-main", "gbr-split", "extra-trees")
 LOCO_FOLDS = 10  # a fit's held-out-configuration error: configurations dealt into 10 folds
+# a refit after a run compares the estimators on held-out data again once the measurements
+# grew by this share since they were compared; before that it fits the kept one alone
+REFRESH_SHARE = 0.05
 
 
 def config_groups(df):
@@ -547,10 +550,7 @@ def held_out_predictions(df, name: str, by: str = "configuration",
     features, the baselines, each fold's machine effects) is computed once into it."""
     import numpy as np
 
-    shared = {} if shared is None else shared
-    if "X" not in shared:
-        shared.update(X=F.frame(df), base=F.baselines(df), machines=machine_labels(df),
-                      configs=config_groups(df))
+    shared = _shared(df, {} if shared is None else shared)
     X, base, machines, configs = (shared[k] for k in ("X", "base", "machines", "configs"))
     y = df["y"].to_numpy() - base
     groups = groups_of(df, by)
@@ -572,6 +572,15 @@ def held_out_predictions(df, name: str, by: str = "configuration",
         est = make_estimator(name).fit(Xt, yt)
         pred[test] = np.clip(est.predict(X[test]), *residual_range(yt)) + base[test] + off[test]
     return pred
+
+
+def _shared(df, shared: dict) -> dict:
+    """What a fit on ``df`` needs whatever its estimator, computed once into ``shared``:
+    the features, the baselines, the machines and the configuration labels."""
+    if "X" not in shared:
+        shared.update(X=F.frame(df), base=F.baselines(df), machines=machine_labels(df),
+                      configs=config_groups(df))
+    return shared
 
 
 def per_configuration(X, y, configs):
@@ -638,9 +647,15 @@ class FittedModel:
                 + machine_offsets(machine_labels(frame), self.card.machine_effects))
 
 
-def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedModel:
+def fit(df, estimators: Sequence[str] = None, by: str = "workload",
+        carry: Optional[ModelCard] = None) -> FittedModel:
     """Fit every estimator, compare them on held-out groups (``by``: workload families by
-    default, the hardest test: a workload never seen), keep the best."""
+    default, the hardest test: a workload never seen), keep the best.
+
+    ``carry``: the card of a model whose comparison still stands for ``df`` (a refit after a
+    run, a few rows added since: ``refit_after_run``): its estimator alone is fitted, and
+    its held-out figures are carried over; ``held_out_rows`` says on how many measurements
+    they were measured."""
     import numpy as np
 
     estimators = tuple(estimators or ESTIMATORS)
@@ -653,21 +668,30 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
                          f"and target figures, of {n_cfg} configurations (need 8 and 3)")
     if df["workload"].nunique() < 2:
         by = "configuration"  # one family: hold out configurations instead
-    scores, residual, shared = {}, {}, {}
-    for name in estimators:
-        pred = held_out_predictions(df, name, by, shared=shared)
-        scores[name] = mape(np.exp(df["y"]), np.exp(pred))
-        residual[name] = df["y"].to_numpy() - pred
-    best = "linear" if "linear" in scores else estimators[0]
-    challenger = min(scores, key=lambda k: scores[k] if scores[k] == scores[k] else 1e9)
-    if scores[challenger] < scores[best] * (1 - PREFER_MARGIN):
-        best = challenger
-    res = residual[best][~np.isnan(residual[best])]
-    sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
-    loco = residual[best] if by == "configuration" else (
-        df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS,
-                                                  shared))
-    loco = loco[~np.isnan(loco)]
+    shared: dict = {}
+    if carry is not None:
+        best, by, scores = carry.estimator, carry.held_out_by, dict(carry.held_out_mape)
+        sigma, sigma_loco = carry.sigma_log_unseen, carry.sigma_log
+        held_rows = carry.held_out_rows or carry.rows
+        _shared(df, shared)
+    else:
+        scores, residual = {}, {}
+        for name in estimators:
+            pred = held_out_predictions(df, name, by, shared=shared)
+            scores[name] = mape(np.exp(df["y"]), np.exp(pred))
+            residual[name] = df["y"].to_numpy() - pred
+        best = "linear" if "linear" in scores else estimators[0]
+        challenger = min(scores, key=lambda k: scores[k] if scores[k] == scores[k] else 1e9)
+        if scores[challenger] < scores[best] * (1 - PREFER_MARGIN):
+            best = challenger
+        res = residual[best][~np.isnan(residual[best])]
+        sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
+        loco = residual[best] if by == "configuration" else (
+            df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS,
+                                                      shared))
+        loco = loco[~np.isnan(loco)]
+        sigma_loco = float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma
+        held_rows = int(len(df))
     # (the features, baselines, machines and configurations the held-out fits computed)
     machines = shared["machines"]
     effects = machine_effects(df, machines)
@@ -688,8 +712,9 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload") -> FittedMod
         rows=int(len(df)), configurations=int(n_cfg),
         families=sorted(df["workload"].astype(str).unique()),
         targets=sorted(target_id(df).unique()), data_fingerprint=fingerprint(df),
-        held_out_by=by, held_out_mape={k: round(v, 4) for k, v in scores.items()},
-        sigma_log=round(float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma, 4),
+        held_out_by=by, held_out_mape={k: None if v is None else round(v, 4)
+                                       for k, v in scores.items()},
+        held_out_rows=held_rows, sigma_log=round(sigma_loco, 4),
         sigma_log_unseen=round(sigma, 4), versions=library_versions(), residual_range=bounds,
         machine_effects={m: round(e, 4) for m, e in effects.items()},
         fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), light=light)
@@ -994,7 +1019,12 @@ def refit_after_run(store, path: Optional[Path] = None) -> str:
     chose it), or one fitted on more measurements than the shipped datasets and the store
     hold (a campaign's ``--data`` the store lacks).  Its predictor reads the new run from
     the store when it plans (the measured medians, the workload's stock-anchored level);
-    ``modak model fit`` refits it."""
+    ``modak model fit`` refits it.
+
+    The quick model's estimators are compared on held-out data again only once the
+    measurements grew by ``REFRESH_SHARE`` since they were: before that the kept estimator
+    is refitted alone on all of them (a few seconds, not half a minute after each trial of
+    a search), its held-out figures carried over (the card's ``held_out_rows``)."""
     from ..results import load_frame
 
     path = path or default_path()
@@ -1003,16 +1033,37 @@ def refit_after_run(store, path: Optional[Path] = None) -> str:
     except (OSError, ValueError):
         meta = None
     data = load_frame(store)
+    carry = None
     if isinstance(meta, dict) and path.exists() and stale(meta) is None:
+        frame = usable(training_frame(data))
         why = None
         if meta.get("estimator") not in QUICK_ESTIMATORS:
             why = "a full fit"
-        elif int(meta.get("rows") or 0) > len(usable(training_frame(data))):
+        elif int(meta.get("rows") or 0) > len(frame):
             why = f"fitted on {meta.get('rows')} measurements, more than the store's and the " \
                   "shipped ones"
         if why:
             return (f"kept {meta.get('model_id')}: {why} (`modak model fit` refits it); "
                     "it reads this run from the store")
-    model = fit(data, estimators=QUICK_ESTIMATORS)
+        carry = _still_compared(meta, frame)
+    model = fit(data, estimators=QUICK_ESTIMATORS, carry=carry)
     model.save(path)
     return model.meta["model_id"]
+
+
+def _still_compared(meta: dict[str, Any], frame) -> Optional[ModelCard]:
+    """The saved quick model's card when its held-out comparison stands for ``frame``: the
+    data only grew since (every family and target it had is still there), by less than
+    ``REFRESH_SHARE``."""
+    try:
+        card = ModelCard(**meta)
+    except ValueError:
+        return None
+    compared = card.held_out_rows or card.rows
+    grown = set(card.families) <= set(frame["workload"].astype(str)) \
+        and set(card.targets) <= set(target_id(frame))
+    by = "workload" if frame["workload"].nunique() >= 2 else "configuration"
+    if grown and card.held_out_by == by and compared <= len(frame) <= compared * (
+            1 + REFRESH_SHARE):
+        return card
+    return None

@@ -32,7 +32,7 @@ def deploy(tmp_path, frontend, fitted_model):
     store = tmp_path / "results.sqlite"
     # the session's fitted model (a copy: this test's records may refit it), and no refit
     # after each run unless the test is about the closed loop (modak_refit=True)
-    shutil.copy(fitted_model, tmp_path / "model.joblib")
+    _copy_model(fitted_model, tmp_path)
 
     def run(playbook="deploy.yml", env=None, request=QUICK, inputs=None, **extra):
         # the quick blueprint runs MODAK's reference script: name its folder explicitly
@@ -60,6 +60,20 @@ def deploy(tmp_path, frontend, fitted_model):
     yield run
     # (each test's run directories went on filling the front-end user's home, 2 MB a test)
     shutil.rmtree(run.work, ignore_errors=True)
+
+
+def _copy_model(fitted_model, tmp_path):
+    """The session's fitted model and its card, as a first plan would have fitted them,
+    where the test's deploys look for them (MODAK_MODEL): a copy, which the runs refit."""
+    for suffix in (".joblib", ".json"):
+        shutil.copy(fitted_model.with_suffix(suffix), tmp_path / f"model{suffix}")
+
+
+@pytest.fixture
+def local_model(tmp_path, fitted_model):
+    """The local deploys' model: the session's (the first plan's fit is tested by
+    tests/test_packaging.py, from the installed package)."""
+    _copy_model(fitted_model, tmp_path)
 
 
 def _recap(out: str) -> dict:
@@ -248,6 +262,7 @@ def _local_deploy(tmp_path, request, **extra):
     return proc, env
 
 
+@pytest.mark.usefixtures("local_model")
 def test_local_scheduler_over_a_local_connection(tmp_path):
     """No root, no Slurm, no container: the localhost inventory still runs the example."""
     if not shutil.which("ansible-playbook"):
@@ -358,6 +373,7 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
                if c["prediction"])
 
 
+@pytest.mark.usefixtures("local_model")
 def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, monkeypatch):
     if not shutil.which("ansible-playbook"):
         pytest.skip("needs ansible-core: scripts/setup-venv installs it")
@@ -389,6 +405,7 @@ def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, 
     assert abs(ran["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
 
 
+@pytest.mark.usefixtures("local_model")
 def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path):
     """The deploy itself runs the budgeted search when the model cannot speak for the
     workload (a new script) and the request enables autotuning: trials through the job
@@ -459,6 +476,7 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
     assert ResultsStore(tmp_path / "store.sqlite").count() == len(rows)
 
 
+@pytest.mark.usefixtures("local_model")
 def test_a_candidate_whose_knob_a_trial_found_not_applicable_is_a_failed_trial(tmp_path):
     """A round's trials run one after the other: when one finds a knob not applicable to
     the script (torch.compile on this LSTM tagger), the round's later candidates with that
@@ -488,6 +506,7 @@ def test_a_candidate_whose_knob_a_trial_found_not_applicable_is_a_failed_trial(t
     assert job["status"] == "ok" and job["compiler"] == "off"
 
 
+@pytest.mark.usefixtures("local_model")
 def test_a_knob_the_script_does_not_take_is_named_with_its_reason(tmp_path):
     """torch.compile forced on an LSTM tagger (Dynamo does not trace its LSTM): the job
     runs, uncompiled, and its summary names the knob and why, as the store keeps it."""
@@ -510,6 +529,7 @@ def test_a_knob_the_script_does_not_take_is_named_with_its_reason(tmp_path):
     assert f"not applied: compiler - {why}" in proc.stdout, proc.stdout[-3000:]
 
 
+@pytest.mark.usefixtures("local_model")
 def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it_again(
         tmp_path):
     """Local connection: a user's script on a front-end whose compiler cache cannot be

@@ -253,6 +253,17 @@ class ResultsStore:
         finally:
             con.close()
 
+    def latest(self) -> Optional[str]:
+        """When its newest measurement was recorded (ISO 8601, UTC, to the second); None
+        for an empty store or none yet."""
+        if not self.path.exists():
+            return None
+        con = self._connect(create=False)
+        try:
+            return con.execute("SELECT max(recorded_at) FROM measurements").fetchone()[0]
+        finally:
+            con.close()
+
     def export_csv(self, path: str | Path) -> int:
         return write_csv(path, self.rows())
 

@@ -3,6 +3,7 @@ import json
 import math
 import multiprocessing
 import sqlite3
+import time
 
 import numpy as np
 import pandas as pd
@@ -286,6 +287,38 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
     meta["feature_version"] = -1
     path.with_suffix(".json").write_text(json.dumps(meta))
     assert m.refit_after_run(store, path) == third
+
+
+def test_a_kept_model_plans_with_the_runs_recorded_since_its_fit(tmp_path, monkeypatch):
+    """A model the refit after a run keeps (a full fit, one of a campaign's data) is not
+    refitted on the run: the planner reads the runs recorded since its fit from the store,
+    a new workload's fingerprint and the knob the runtime refused to apply to it among them;
+    with nothing newer it stays on the fast path (the card alone, no scikit-learn)."""
+    from datetime import datetime, timezone
+
+    from modak_lib.perf.predictor import load_predictor
+    monkeypatch.setenv("MODAK_RESULTS", str(tmp_path / "store.sqlite"))
+    path = tmp_path / "model.joblib"
+    m.fit(families(n=3), estimators=("extra-trees",)).save(path)
+    fast = load_predictor(str(path))
+    assert not hasattr(fast, "model") and "user-x" not in {w["workload"] for w in fast.workloads}
+    new = row("resnet18", "torch.compile:default", 2, "glibc", "fp32", 0.5) | {
+        "workload": "user-x", "workload_key": "wk-user-x", "fingerprint": "fp-user-x",
+        "source": "deploy", "run_id": "r-user", "not_applied": "compiler",
+        "raw": json.dumps({"not_applied": {"compiler": "Dynamo cannot trace it"}}),
+        "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    ResultsStore().append([new])
+    said = []
+    read = load_predictor(str(path), say=said.append)
+    assert read.model.card.model_id == fast.meta["model_id"]  # the same model, not refitted
+    assert "the store has runs newer than the model: reading them with it" in said
+    (entry,) = [w for w in read.workloads if w["workload"] == "user-x"]
+    assert entry["fingerprint"] == "fp-user-x"
+    assert [(r["knob"], r["reason"]) for r in entry["not_applied"]] == [
+        ("compiler", "Dynamo cannot trace it")]
+    time.sleep(1.1)  # (times are to the second: one of the run's is read as newer)
+    m.fit(families(n=3), estimators=("extra-trees",)).save(path)  # fitted after the run
+    assert not hasattr(load_predictor(str(path)), "model")
 
 
 def test_too_little_data_is_an_error():

@@ -416,8 +416,10 @@ class FastPredictor:
 def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = None):
     """The performance model the planner asks, or None for the prior.
 
-    A linear model is evaluated from its exported formula (fast: no scikit-learn or pandas);
-    other estimators load scikit-learn. ``auto`` fits a model on first use.
+    A model with an exported formula (linear, boosted or extra trees) is evaluated from its
+    card (fast: no scikit-learn or pandas) unless the store holds runs recorded since its
+    fit (a model the refit after a run kept): then, as for other estimators, scikit-learn
+    loads it and the planner reads the store. ``auto`` fits a model on first use.
     """
     say = say or (lambda text: None)
     if choice == "none":
@@ -438,9 +440,10 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
         if not fit_if_possible(path):
             say("nothing to fit on: the prior decides")
             return None
+    from ..results import ResultsStore, StoreError, load_frame
     try:
         say(f"model {path}")
-        return FastPredictor.load(path)
+        fast = FastPredictor.load(path)
     except PredictError as exc:
         if "refit" in str(exc):
             if choice != "auto":
@@ -451,6 +454,22 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
             if not fit_if_possible(path):
                 return None
             return FastPredictor.load(path)
-    from ..results import ResultsStore, load_frame  # a non-linear estimator
-    from .fit import load, model_predictor
+    else:
+        # the card's measured medians and workloads are those of its fit: runs recorded
+        # since (a model that a run's refit kept, `modak model fit --data`) are read from
+        # the store, with the estimator itself
+        try:
+            latest = ResultsStore().latest()
+        except StoreError:
+            latest = None
+        if not latest or latest < str(fast.meta.get("fitted_at") or ""):
+            return fast
+        try:
+            import sklearn  # noqa: F401
+        except ImportError:
+            say("the store has runs newer than the model and no scikit-learn is here to "
+                "read them: `modak model fit` refits it")
+            return fast
+        say("the store has runs newer than the model: reading them with it")
+    from .fit import load, model_predictor  # a non-linear estimator, or runs since the fit
     return model_predictor(load(path, say=say), load_frame(ResultsStore()))

@@ -292,16 +292,20 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
 def test_a_kept_model_plans_with_the_runs_recorded_since_its_fit(tmp_path, monkeypatch):
     """A model the refit after a run keeps (a full fit, one of a campaign's data) is not
     refitted on the run: the planner reads the runs recorded since its fit from the store,
-    a new workload's fingerprint and the knob the runtime refused to apply to it among them;
-    with nothing newer it stays on the fast path (the card alone, no scikit-learn)."""
+    a new workload's fingerprint and the knob the runtime refused to apply to it among them,
+    and keeps what the card knows of the data the store lacks; with nothing newer it plans
+    from the card alone."""
     from datetime import datetime, timezone
 
     from modak_lib.perf.predictor import load_predictor
     monkeypatch.setenv("MODAK_RESULTS", str(tmp_path / "store.sqlite"))
     path = tmp_path / "model.joblib"
-    m.fit(families(n=3), estimators=("extra-trees",)).save(path)
-    fast = load_predictor(str(path))
-    assert not hasattr(fast, "model") and "user-x" not in {w["workload"] for w in fast.workloads}
+    data = families(n=3)  # (a campaign's: neither the store nor the shipped datasets have it)
+    m.fit(data, estimators=("extra-trees",)).save(path)
+    said = []
+    fast = load_predictor(str(path), say=said.append)
+    assert not any("newer" in line for line in said)
+    assert "user-x" not in {w["workload"] for w in fast.workloads}
     new = row("resnet18", "torch.compile:default", 2, "glibc", "fp32", 0.5) | {
         "workload": "user-x", "workload_key": "wk-user-x", "fingerprint": "fp-user-x",
         "source": "deploy", "run_id": "r-user", "not_applied": "compiler",
@@ -310,15 +314,26 @@ def test_a_kept_model_plans_with_the_runs_recorded_since_its_fit(tmp_path, monke
     ResultsStore().append([new])
     said = []
     read = load_predictor(str(path), say=said.append)
-    assert read.model.card.model_id == fast.meta["model_id"]  # the same model, not refitted
-    assert "the store has runs newer than the model: reading them with it" in said
+    assert "the store has runs newer than the model: reading them" in said
+    assert read.meta["model_id"] == fast.meta["model_id"]  # the same model, not refitted
     (entry,) = [w for w in read.workloads if w["workload"] == "user-x"]
     assert entry["fingerprint"] == "fp-user-x"
     assert [(r["knob"], r["reason"]) for r in entry["not_applied"]] == [
         ("compiler", "Dynamo cannot trace it")]
+    assert [g["median"] for g in read.measured if g["workload"] == "user-x"] == [0.5]
+    # what the card knows of the campaign's data stays: its workloads and their medians
+    campaign = set(data["workload"])
+    assert campaign <= {w["workload"] for w in read.workloads}
+    assert [g for g in fast.measured if g["workload"] in campaign] == \
+        [g for g in read.measured if g["workload"] in campaign]
+    # the same formula answers
+    probe = {**new, "workload": "mnist-cnn"}
+    assert read.formula(probe) == fast.formula(probe)
     time.sleep(1.1)  # (times are to the second: one of the run's is read as newer)
-    m.fit(families(n=3), estimators=("extra-trees",)).save(path)  # fitted after the run
-    assert not hasattr(load_predictor(str(path)), "model")
+    m.fit(data, estimators=("extra-trees",)).save(path)  # fitted after the run
+    said = []
+    load_predictor(str(path), say=said.append)
+    assert not any("newer" in line for line in said)
 
 
 def test_too_little_data_is_an_error():

@@ -797,6 +797,10 @@ def ratios_to_stock(y, rounds, places, stock):
     return ratio
 
 
+MEASURED_KEYS = ["fingerprint", "workload", "microarchitecture", "cores", "accelerator",
+                 "framework", "image", "batch_size"] + CONFIG_KEYS
+
+
 def measured_groups(df) -> list[dict[str, Any]]:
     """Median, min, max and count of s/step per measured configuration, image and target
     (its CPU, cores and accelerator: a run on the CPU is not a GPU node's measurement).
@@ -809,8 +813,7 @@ def measured_groups(df) -> list[dict[str, Any]]:
     own, a candidate that lost to stock in two of three rounds was measured 5% faster."""
     import numpy as np
 
-    keys = ["fingerprint", "workload", "microarchitecture", "cores", "accelerator",
-            "framework", "image", "batch_size"] + CONFIG_KEYS
+    keys = MEASURED_KEYS
     d = df.copy()
     for k in ("fingerprint", "accelerator", "image"):
         if k not in d:

@@ -190,6 +190,28 @@ class FastPredictor:
             raise PredictError(f"{side}: {why}: refit with `modak model fit`")
         return cls(meta)
 
+    def with_runs(self, frame) -> "FastPredictor":
+        """This predictor with the measured medians and workloads of ``frame`` (the store and
+        the shipped datasets, as ``results.load_frame`` reads them) in place of the card's
+        for every group and workload the frame holds: the card's are those of its fit, which
+        may hold more (a campaign's ``--data``) and lacks the runs recorded since."""
+        from .fit import MEASURED_KEYS, measured_groups, training_frame, workload_table
+
+        def ident(w: dict[str, Any]) -> tuple:
+            return (w.get("workload_key"),) if w.get("workload_key") else (
+                w.get("workload"), w.get("framework"), w.get("batch_size"))
+
+        def group(m: dict[str, Any]) -> tuple:
+            return tuple(str(m.get(k)) for k in MEASURED_KEYS)
+
+        workloads, measured = workload_table(frame), measured_groups(training_frame(frame))
+        have = {ident(w) for w in workloads}
+        seen = {group(m) for m in measured}
+        return FastPredictor(
+            self.meta, formula=self.formula,
+            measured=[m for m in self.measured if group(m) not in seen] + measured,
+            workloads=[w for w in self.workloads if ident(w) not in have] + workloads)
+
     def workload(self, request: JobRequest) -> Optional[dict[str, Any]]:
         """What earlier runs measured of this request's workload: by its key, else by its
         label (same framework and batch); None when it never ran."""
@@ -417,9 +439,10 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
     """The performance model the planner asks, or None for the prior.
 
     A model with an exported formula (linear, boosted or extra trees) is evaluated from its
-    card (fast: no scikit-learn or pandas) unless the store holds runs recorded since its
-    fit (a model the refit after a run kept): then, as for other estimators, scikit-learn
-    loads it and the planner reads the store. ``auto`` fits a model on first use.
+    card (fast: no scikit-learn or pandas); where the store holds runs recorded since its
+    fit (a model the refit after a run kept), pandas reads their medians and workloads
+    (``FastPredictor.with_runs``). Other estimators load scikit-learn. ``auto`` fits a
+    model on first use.
     """
     say = say or (lambda text: None)
     if choice == "none":
@@ -464,12 +487,7 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
             latest = None
         if not latest or latest < str(fast.meta.get("fitted_at") or ""):
             return fast
-        try:
-            import sklearn  # noqa: F401
-        except ImportError:
-            say("the store has runs newer than the model and no scikit-learn is here to "
-                "read them: `modak model fit` refits it")
-            return fast
-        say("the store has runs newer than the model: reading them with it")
-    from .fit import load, model_predictor  # a non-linear estimator, or runs since the fit
+        say("the store has runs newer than the model: reading them")
+        return fast.with_runs(load_frame(ResultsStore()))
+    from .fit import load, model_predictor  # a non-linear estimator
     return model_predictor(load(path, say=say), load_frame(ResultsStore()))

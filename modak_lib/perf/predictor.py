@@ -480,14 +480,15 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
     else:
         # the card's measured medians and workloads are those of its fit: runs recorded
         # since (a model that a run's refit kept, `modak model fit --data`) are read from
-        # the store, with the estimator itself
+        # the store beside them; the card's formula still predicts
+        store = ResultsStore()
         try:
-            latest = ResultsStore().latest()
+            latest = store.latest()
         except StoreError:
             latest = None
         if not latest or latest < str(fast.meta.get("fitted_at") or ""):
             return fast
         say("the store has runs newer than the model: reading them")
-        return fast.with_runs(load_frame(ResultsStore()))
+        return fast.with_runs(load_frame(store))
     from .fit import load, model_predictor  # a non-linear estimator
     return model_predictor(load(path, say=say), load_frame(ResultsStore()))

@@ -173,6 +173,10 @@ class ResultsStore:
                     con.execute(f'ALTER TABLE measurements ADD COLUMN "{c}" {sql}{default}')
             if "status" in missing:
                 con.execute("UPDATE measurements SET status = 'ok' WHERE status IS NULL")
+            if "end_loss" in missing:  # (from each run's record, as the CSVs' are read)
+                con.executemany("UPDATE measurements SET end_loss = ? WHERE id = ?", [
+                    (v, i) for i, raw in con.execute("SELECT id, raw FROM measurements")
+                    if (v := _end_loss(raw)) is not None])
             con.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             con.execute("ROLLBACK")
@@ -218,6 +222,8 @@ class ResultsStore:
             elif key in _REAL:
                 value = float(value)
             out[key] = value
+        if out["end_loss"] is None and out["raw"]:  # (a CSV written before the column was)
+            out["end_loss"] = _end_loss(out["raw"])
         return out
 
     def raws_of_run(self, run_id: str) -> set[str]:
@@ -280,9 +286,12 @@ def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
     extra = [p for p in extra if not any(_same_file(p, s) for s in shipped)]
     for path in [*shipped, *extra]:
         try:
-            frames.append(pd.read_csv(path))
+            frame = pd.read_csv(path)
         except (OSError, ValueError) as exc:
             raise StoreError(f"{path}: cannot read measurements ({exc})") from None
+        if "end_loss" not in frame and "raw" in frame:  # (written before the column was)
+            frame["end_loss"] = frame["raw"].map(_end_loss)
+        frames.append(frame)
     if store is not None and store.path.exists():
         frames.append(pd.DataFrame(store.rows()).drop(columns=["id"]))
     if not frames:
@@ -291,6 +300,16 @@ def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
     if df.empty:
         raise StoreError("no measurements: the store and the shipped dataset are empty")
     return df
+
+
+def _end_loss(raw: Any) -> Optional[float]:
+    """A stored record's ``end_loss`` (``record.end_loss``) from its losses: for rows
+    recorded before the store kept it."""
+    try:
+        m = json.loads(raw).get("metrics") or {}
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return record.end_loss(m.get("losses"), m.get("steps")) if isinstance(m, dict) else None
 
 
 def _same_file(a: str | Path, b: Path) -> bool:

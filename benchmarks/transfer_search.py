@@ -73,7 +73,7 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
                  float(m.get("warmup_s") or 0.0), float(m.get("wall_s") or 0.0),
                  m.get("final_loss"), failed,
                  capped=time_capped(failed, rec.get("error")),
-                 startup_s=float(m.get("startup_s") or 0.0))
+                 startup_s=float(m.get("startup_s") or 0.0), end_loss=m.get("end_loss"))
 
 
 def main() -> int:

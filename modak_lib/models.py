@@ -305,7 +305,11 @@ class Prediction(Strict):
     warmup_s: Optional[float] = Field(None, description="measured: the warm-up's excess "
                                       "(compilation), paid once per job")
     loss: Optional[float] = Field(None, description="measured: the median loss its runs "
-                                  "ended with (compared with stock's after the same steps)")
+                                  "ended with (compared with stock's after the same steps "
+                                  "where either has no end_loss)")
+    end_loss: Optional[float] = Field(None, description="measured: the median of its runs' "
+                                      "mean losses over their second half (compared with "
+                                      "stock's after the same steps)")
     steps: Optional[int] = Field(None, description="measured: the steps its runs made")
     rounds: Optional[int] = Field(None, description="measured beside stock: the interleaved "
                                   "rounds the two ran side by side (its gain over them must "

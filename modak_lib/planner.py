@@ -271,13 +271,14 @@ def _reject_changed_results(configs: Sequence[Configuration],
     base = by_config.get(stock) if stock is not None else None
     if base is None or not base.measured or base.loss is None:
         return predictions, []
-    ref = Trial(stock, base.steps or 0, base.seconds, final_loss=base.loss)
+    ref = Trial(stock, base.steps or 0, base.seconds, final_loss=base.loss,
+                end_loss=base.end_loss)
     out, rejected = [], []
     for cfg, p in zip(configs, predictions):
         why = None
         if cfg != stock and p is not None and p.loss is not None and _beside_stock(p, base):
-            why = changes_result(Trial(cfg, p.steps or 0, p.seconds, final_loss=p.loss), ref,
-                                 LOSS_TOLERANCE)
+            why = changes_result(Trial(cfg, p.steps or 0, p.seconds, final_loss=p.loss,
+                                       end_loss=p.end_loss), ref, LOSS_TOLERANCE)
         out.append(None if why else p)
         if why:
             rejected.append((cfg, why))

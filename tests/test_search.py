@@ -5,6 +5,7 @@ import json
 import math
 from dataclasses import replace
 import os
+import statistics
 import subprocess
 import sys
 from typing import Optional
@@ -684,6 +685,27 @@ def test_loss_tolerance_is_relative_and_stated():
     assert changes_result(Trial(BF16, 10, 0.1, final_loss=float("nan")), stock, 0.05)
 
 
+def test_the_losses_compared_are_the_trials_second_halves_where_both_have_them():
+    """One step's loss is one batch's: a candidate whose last loss is 8% worse than
+    stock's and whose mean over the trial's second half is better keeps the result; one
+    whose last loss matches stock's after its loss blew up mid-trial does not."""
+    stock = Trial(STOCK, 10, 0.1, final_loss=0.139, end_loss=0.152)
+    assert changes_result(Trial(ONE, 10, 0.1, final_loss=0.150, end_loss=0.146), stock,
+                          0.05) is None
+    why = changes_result(Trial(BF16, 10, 0.1, final_loss=0.139, end_loss=0.40), stock, 0.05)
+    assert why and "second half of 10 steps" in why and "worse by 163%" in why
+    # either without one (a record of an older runtime): the last losses, as before
+    assert changes_result(Trial(ONE, 10, 0.1, final_loss=0.150, end_loss=0.146),
+                          Trial(STOCK, 10, 0.1, final_loss=0.139), 0.05)
+    assert changes_result(Trial(ONE, 10, 0.1, final_loss=0.140),
+                          Trial(STOCK, 10, 0.1, final_loss=0.139, end_loss=0.152), 0.05) is None
+    # a loss that went to nan is rejected, with or without stock's to compare
+    assert "nan" in changes_result(Trial(ONE, 10, 0.1, final_loss=0.1, end_loss=math.nan),
+                                   stock, 0.05)
+    assert changes_result(Trial(ONE, 10, 0.1, final_loss=math.inf), Trial(STOCK, 10, 0.1),
+                          0.05)
+
+
 def test_one_real_short_search_through_the_runtime():
     """Trials of a real script (the MLP family) run through the runtime here."""
     pytest.importorskip("torch")
@@ -701,8 +723,11 @@ def test_one_real_short_search_through_the_runtime():
                               text=True, timeout=300)
         (rec,) = parse_lines(proc.stdout)
         m = rec["metrics"]
+        # the runtime averages the losses it sampled over the trial's second half
+        assert m["end_loss"] == pytest.approx(statistics.mean(
+            v for s, v in m["losses"] if s > m["steps"] / 2))
         return Trial(config, steps, m["s_per_step"], m.get("warmup_s") or 0.0,
-                     m.get("wall_s") or 0.0, m.get("final_loss"))
+                     m.get("wall_s") or 0.0, m.get("final_loss"), end_loss=m["end_loss"])
 
     out = search([BF16, ONE], STOCK, run, job_steps=2000, budget_s=60, first_steps=6)
     stock = [t for t in out.trials if t.configuration == STOCK]

@@ -328,17 +328,20 @@ class _Candidate:
         return self.name
 
 
-def trial_runs(df) -> dict[str, list[tuple[float, Any]]]:
-    """Per measured configuration, its runs in the order they ran: (s/step, final loss)."""
+def trial_runs(df) -> dict[str, list[tuple[float, Any, Any]]]:
+    """Per measured configuration, its runs in the order they ran: (s/step, final loss,
+    mean loss over the run's second half)."""
     import pandas as pd
 
     d = df.assign(_t=recorded_times(df) if "recorded_at" in df else 0)
-    loss = d["final_loss"] if "final_loss" in d else pd.Series(None, index=d.index)
-    d = d.assign(_loss=pd.to_numeric(loss, errors="coerce")).sort_values("_t", kind="stable")
-    out: dict[str, list[tuple[float, Any]]] = {}
+    for col in ("final_loss", "end_loss"):
+        loss = d[col] if col in d else pd.Series(None, index=d.index)
+        d = d.assign(**{"_" + col: pd.to_numeric(loss, errors="coerce")})
+    d = d.sort_values("_t", kind="stable")
+    out: dict[str, list[tuple[float, Any, Any]]] = {}
     for key, g in d.groupby("configuration"):
-        out[key] = [(float(s), None if v != v else float(v))
-                    for s, v in zip(g["s_per_step"], g["_loss"])]
+        out[key] = [(float(s), None if v != v else float(v), None if e != e else float(e))
+                    for s, v, e in zip(g["s_per_step"], g["_final_loss"], g["_end_loss"])]
     return out
 
 
@@ -363,9 +366,10 @@ def searched(g, how: str, runs: dict):
         trials = []
         for c in step[0]:
             measured = runs.get(rows[c.name]["configuration"]) or []
-            s, loss = measured[(h.out.rounds) % len(measured)] if measured else (None, None)
+            s, loss, end = (measured[(h.out.rounds) % len(measured)] if measured
+                            else (None, None, None))
             trials.append(Trial(c, steps=step[1], s_per_step=s, final_loss=loss,
-                                failed=None if measured else "not measured"))
+                                end_loss=end, failed=None if measured else "not measured"))
         h.record(trials)
     return rows[h.outcome().chosen.name]
 

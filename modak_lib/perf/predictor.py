@@ -340,7 +340,8 @@ class FastPredictor:
                 out.append(Prediction(seconds=seconds, low=min(m["min"], seconds),
                                       high=max(m["max"], seconds), source=how,
                                       measured=True, warmup_s=m.get("warmup_s"),
-                                      loss=m.get("loss"), steps=m.get("steps"),
+                                      loss=m.get("loss"), end_loss=m.get("end_loss"),
+                                      steps=m.get("steps"),
                                       rounds=m["rounds"] if stock is not None else None))
             elif lacking:
                 out.append(None)

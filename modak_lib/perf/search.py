@@ -9,7 +9,9 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
   them compiled ones never measured here, which run last in their round
   (:func:`first_round`);
 - **a candidate that changes the result is rejected**: its loss after the trial is worse
-  than stock's after the same steps by more than ``loss_tolerance`` (relative).  bf16
+  than stock's after the same steps by more than ``loss_tolerance`` (relative), the loss
+  averaged over the trial's second half where both trials sampled it there (``end_loss``:
+  one step's loss is one batch's, as noisy as the trial is short), else the last one.  bf16
   autocast applied eagerly to a transformer script trained to a far worse loss here, while
   the same precision under torch.compile matched fp32;
 - **compile time is amortised over the job's planned length**: a candidate is ranked by
@@ -190,6 +192,9 @@ class Trial:
     # the runtime's clock from its start to the run's end, 0 where not recorded: ``wall_s``
     # less this is the job path's time outside it (:func:`outside_clock`)
     runtime_s: float = 0.0
+    # the mean loss over the trial's second half (``modak_runtime.record.end_loss``), None
+    # where not recorded: what :func:`changes_result` compares where both trials have it
+    end_loss: Optional[float] = None
 
 
 def shortest_cap(stock: Optional[Trial]) -> float:
@@ -311,17 +316,26 @@ def _job(job_steps: Optional[int]) -> str:
 
 
 def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str]:
-    """Why a candidate's trial is rejected as changing the result (None: it is not)."""
-    if trial.final_loss is None or stock.final_loss is None:
+    """Why a candidate's trial is rejected as changing the result (None: it is not): its
+    loss is not finite, or worse than stock's by more than ``tolerance`` (relative to
+    stock's).  The losses compared are the means over the trials' second halves
+    (``end_loss``) where both have one, else the last ones (``final_loss``)."""
+    for v in (trial.final_loss, trial.end_loss):
+        if v is not None and not math.isfinite(v):
+            return f"its loss is {v}"
+    if trial.end_loss is not None and stock.end_loss is not None:
+        mine, ref = trial.end_loss, stock.end_loss
+        what = f"its mean loss over the second half of {trial.steps} steps"
+    elif trial.final_loss is not None and stock.final_loss is not None:
+        mine, ref = trial.final_loss, stock.final_loss
+        what = f"its loss after {trial.steps} steps"
+    else:
         return None  # nothing to compare (a script whose loss the runtime cannot see)
-    if not math.isfinite(trial.final_loss):
-        return f"its loss is {trial.final_loss}"
-    worse = trial.final_loss - stock.final_loss
-    scale = max(abs(stock.final_loss), 1e-8)
+    worse = mine - ref
+    scale = max(abs(ref), 1e-8)
     if worse > tolerance * scale:
-        return (f"its loss after {trial.steps} steps is {trial.final_loss:.4g}, stock's "
-                f"{stock.final_loss:.4g}: worse by {worse / scale:.0%} (tolerance "
-                f"{tolerance:.0%}): it changes the result")
+        return (f"{what} is {mine:.4g}, stock's {ref:.4g}: worse by {worse / scale:.0%} "
+                f"(tolerance {tolerance:.0%}): it changes the result")
     return None
 
 

@@ -18,7 +18,9 @@ description:
     candidates go on for twice as many steps, until one is left, the results are clear, the
     rounds run out or the next round would exceed the budget.
   - A candidate whose loss after its trial is worse than stock's beyond O(loss_tolerance)
-    is rejected as changing the result; compile time is weighed against the job's steps
+    is rejected as changing the result (the losses the runtime sampled over the trial's
+    second half, averaged, against stock's over the same steps; the last ones for a record
+    without them); compile time is weighed against the job's steps
     (O(job_steps)); the choice is never slower than the stock trial as measured, in any
     round the two ran side by side, and faster by at least O(min_gain) in each of them
     and, on average over them, by more than O(scatter) over the square root of their number
@@ -122,7 +124,8 @@ options:
     type: int
     default: 3
   loss_tolerance:
-    description: How much worse than stock's a trial's loss may be (relative).
+    description: How much worse than stock's a trial's loss (its mean over the trial's
+      second half) may be, relative to stock's.
     type: float
     default: 0.05
   min_gain:

@@ -14,7 +14,7 @@ from typing import Optional
 
 from . import keras_support, ranks, torch_support
 from .record import emit
-from .session import Session, knobs_from_env, on_hard_exit, run_guarded
+from .session import Session, knobs_from_env, on_hard_exit, run_guarded, seed_the_run
 
 USAGE = "usage: python3 -m modak_runtime [--] SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
@@ -58,6 +58,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     torch_support.install(session)
     keras_support.install(session)
     ranks.install(session)
+    seed_the_run(session)
 
     # what `python3 SCRIPT ARGS` would show the script
     if module is None:

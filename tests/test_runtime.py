@@ -21,7 +21,7 @@ from modak_runtime.record import STORE_COLUMNS, Record, flatten
 SCRIPTS = ROOT / "tests" / "user_scripts"
 KNOBS = ("MODAK_THREADS", "MODAK_TORCH_COMPILE", "MODAK_JIT_COMPILE", "MODAK_PRECISION",
          "MODAK_CHANNELS_LAST", "MODAK_ALLOCATOR", "MODAK_MAX_STEPS", "MODAK_ONEDNN",
-         "MODAK_MAX_SECONDS")
+         "MODAK_MAX_SECONDS", "MODAK_SEED")
 
 
 def run(script, *args, env=None, runtime=True, cwd=None, timeout=600):
@@ -993,6 +993,41 @@ def test_a_store_of_the_previous_schema_is_brought_up_to_date(tmp_path):
     assert old["status"] == "ok" and float(old["s_per_step"]) == 0.1
     assert new["status"] == "failed" and new["s_per_step"] is None
     assert new["failed_knob"] == "compiler"
+
+
+def test_a_trials_seed_makes_runs_of_an_unseeded_script_start_alike(tmp_path):
+    """MODAK_SEED (the search's trials): Python's, NumPy's and PyTorch's generators are
+    seeded before the script runs, so an unseeded model and its random batches are the
+    same in every trial; unset, the runs draw differently."""
+    need("torch")
+    script = tmp_path / "unseeded.py"
+    script.write_text("""
+import random
+import numpy as np
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+for _ in range(6):
+    x = torch.randn(16, 8) + float(np.random.rand()) + random.random()
+    loss = ((model(x) - 1) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+""")
+
+    def losses(**env):
+        rc, _, rec, err = run(script, env=env, cwd=tmp_path)
+        assert rc == 0 and rec["status"] == "ok", err
+        return rec["metrics"]["losses"], rec["effect"]
+
+    first, effect = losses(MODAK_SEED="7")
+    again, _ = losses(MODAK_SEED="7")
+    assert effect["seed"] == 7 and "seed_errors" not in effect
+    assert len(first) == 6 and first == again  # every loss, every digit
+    plain, effect = losses()
+    assert "seed" not in effect and plain != first and plain != losses()[0]
+    rc, _, rec, err = run(script, env={"MODAK_SEED": "-1"}, cwd=tmp_path)
+    assert rc != 0 and rec is None and "MODAK_SEED" in err
 
 
 def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_path):

@@ -656,8 +656,8 @@ def test_a_trials_round_is_part_of_its_run(tmp_path):
     ansible = str(ROOT / ".venv/bin/ansible") if (ROOT / ".venv/bin/ansible").exists() \
         else "ansible"
 
-    def plan(round_: int) -> tuple[str, str]:
-        args = {"request": str(ROOT / "examples/mnist-cnn/blueprint.yaml"), "max_steps": 8,
+    def plan(round_: int, steps: int = 8) -> tuple[str, str]:
+        args = {"request": str(ROOT / "examples/mnist-cnn/blueprint.yaml"), "max_steps": steps,
                 "trial_round": round_, "out_dir": str(tmp_path)}
         proc = subprocess.run([ansible, "localhost", "-c", "local", "-i",
                                "inventories/localhost", "-m", "modak.modak.modak_plan",
@@ -675,6 +675,10 @@ def test_a_trials_round_is_part_of_its_run(tmp_path):
     assert first != second
     assert "export MODAK_SEARCH_ROUND=1" in script and "export MODAK_SEARCH_ROUND=2" in script2
     assert plan(2)[0] == second
+    # every trial seeded alike (their losses compare), the job itself not
+    assert f"export MODAK_SEED={search_module.TRIAL_SEED}\n" in script
+    assert f"export MODAK_SEED={search_module.TRIAL_SEED}\n" in script2
+    assert "MODAK_SEED" not in plan(0, steps=0)[1]
 
 
 def test_loss_tolerance_is_relative_and_stated():

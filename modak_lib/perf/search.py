@@ -11,7 +11,9 @@ it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
 - **a candidate that changes the result is rejected**: its loss after the trial is worse
   than stock's after the same steps by more than ``loss_tolerance`` (relative), the loss
   averaged over the trial's second half where both trials sampled it there (``end_loss``:
-  one step's loss is one batch's, as noisy as the trial is short), else the last one.  bf16
+  one step's loss is one batch's, as noisy as the trial is short), else the last one.
+  Every trial is seeded alike (:data:`TRIAL_SEED`), so that a script that does not seed
+  its model and data itself starts every trial from the same weights and batches.  bf16
   autocast applied eagerly to a transformer script trained to a far worse loss here, while
   the same precision under torch.compile matched fp32;
 - **compile time is amortised over the job's planned length**: a candidate is ranked by
@@ -313,6 +315,12 @@ def wall_steps(walltime_s: Optional[float], s_per_step: Optional[float]) -> Opti
 
 def _job(job_steps: Optional[int]) -> str:
     return f"a {job_steps}-step job" if job_steps else "a job of unknown length (per step)"
+
+
+# every trial's random number generators are seeded with it (``MODAK_SEED``, the runtime's
+# ``seed_the_run``): trials of different configurations start from the same weights and
+# see the same batches, so that what their losses differ by is the configuration's doing
+TRIAL_SEED = 0
 
 
 def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str]:

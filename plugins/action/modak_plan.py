@@ -48,6 +48,7 @@ class ActionModule(ActionBase):
         check_library("modak_plan")
         try:
             from modak_lib.perf.predictor import load_predictor
+            from modak_lib.perf.search import TRIAL_SEED
             from modak_lib.errors import ModakError
             from modak_lib.files import write_atomic
             from modak_lib.models import Configuration
@@ -130,7 +131,8 @@ class ActionModule(ActionBase):
             # run of its own, not the first trial's found again)
             if args["trial_round"] > 0:
                 caps["MODAK_SEARCH_ROUND"] = str(args["trial_round"])
-            if caps:
+            if caps:  # (trials start from the same weights and batches: their losses compare)
+                caps["MODAK_SEED"] = str(TRIAL_SEED)
                 request = request.model_copy(update={"environment": dict(
                     request.environment, **caps)})
             if args["extra_arguments"]:  # e.g. a script's own option for a short run

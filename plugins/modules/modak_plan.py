@@ -79,6 +79,9 @@ options:
     description:
       - A trial - the runtime stops the script after this many optimizer steps
         (C(MODAK_MAX_STEPS)); V(0) runs it to its end.
+      - A trial (this, O(max_seconds) or O(trial_round) set) also has its random number
+        generators seeded alike (C(MODAK_SEED)), so that trials of different
+        configurations start from the same weights and batches and their losses compare.
     type: int
     default: 0
   max_seconds:

@@ -166,11 +166,9 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
 def end_loss(losses: Any, steps: Any) -> Optional[float]:
     """The mean of the losses sampled (``[step, loss]`` pairs) after the first half of
     ``steps`` steps: where a run's training had got to, averaged over the second half of
-    it.  One step's loss carries its batch's noise: a script with an unseeded model had
-    its 10th loss 8% worse under jemalloc, which leaves the arithmetic as it is, than
-    stock's here, and its mean over steps 6-10 4% better.  And a loss that diverged and
-    came back is seen.  Two runs of the same steps average over the same steps.  None
-    where no loss was sampled there."""
+    it.  One step's loss is one batch's, and a loss that blew up mid-trial and came back
+    is seen.  Two runs of the same steps average over the same steps.  None where no loss
+    was sampled there."""
     try:
         n = int(steps or 0)
         tail = [float(v) for s, v in losses or () if n and 2 * float(s) > n]

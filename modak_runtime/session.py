@@ -194,7 +194,7 @@ def seed_the_run(session: "Session") -> Optional[int]:
     script runs: Python's at once, NumPy's, PyTorch's, TensorFlow's and Keras' when they
     are imported.  Trials of different configurations then start from the same weights
     and see the same batches, and their losses differ by what the configuration changes,
-    not by the draw (two stock trials of a script with an unseeded model had their losses
+    not by the draw (six stock trials of a script with an unseeded model had their losses
     after 10 steps up to 14% apart here).  A script that seeds them itself does so after
     this, as it would anyway.  The seed is in the record's ``effect``; unset, nothing is
     seeded (a deploy's job)."""

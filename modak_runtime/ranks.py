@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 from . import torch_support
 from .hooks import when_imported
 from .session import (RankFailed, Session, StopTrial, knobs_from_env, on_hard_exit,
-                      run_guarded, short)
+                      run_guarded, seed_the_run, short)
 
 # rank 0's exit status after its trial cap stopped it and its record is written
 CAPPED_EXIT = 75
@@ -101,6 +101,7 @@ class RankEntry:
         if session is None:  # spawned: a fresh interpreter, its script imported as __mp_main__
             session = Session(knobs_from_env(), self.script)
             torch_support.install(session)
+            seed_the_run(session, index)  # (a trial's: its script's function draws alike)
         else:  # forked: the script process's handlers, whose session is a copy
             if session.alarm_handler is not None and \
                     signal.getsignal(signal.SIGALRM) is session.alarm_handler:

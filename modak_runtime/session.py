@@ -188,7 +188,7 @@ def knobs_from_env() -> Config:
                   onednn=(_env("MODAK_ONEDNN") or "on") != "off")
 
 
-def seed_the_run(session: "Session") -> Optional[int]:
+def seed_the_run(session: "Session", rank: int = 0) -> Optional[int]:
     """``MODAK_SEED`` (the search's trials set it): the random number generators a script
     draws its model's first weights and its batches from are seeded with it before the
     script runs: Python's at once, NumPy's, PyTorch's, TensorFlow's and Keras' when they
@@ -197,11 +197,14 @@ def seed_the_run(session: "Session") -> Optional[int]:
     not by the draw (six stock trials of a script with an unseeded model had their losses
     after 10 steps up to 14% apart here).  A script that seeds them itself does so after
     this, as it would anyway.  The seed is in the record's ``effect``; unset, nothing is
-    seeded (a deploy's job)."""
+    seeded (a deploy's job).  A rank the script spawns (``ranks``), a fresh interpreter,
+    seeds its own with the seed plus its ``rank``: the ranks draw alike in every trial, and
+    differently from one another, as they would unseeded."""
     seed = _number_env("MODAK_SEED", int, "a whole number", lambda n: 0 <= n < 2 ** 32,
                        "from 0 to 4294967295")
     if seed is None:
         return None
+    seed = (seed + rank) % 2 ** 32
     import random
     random.seed(seed)
     session.effect["seed"] = seed

@@ -1030,6 +1030,23 @@ for _ in range(6):
     assert rc != 0 and rec is None and "MODAK_SEED" in err
 
 
+def test_a_trials_seed_reaches_the_ranks_the_script_spawns(tmp_path):
+    """A spawned rank is a fresh interpreter: it seeds its own generators (the seed plus
+    its rank), so a DDP script that does not seed its model trains alike in every trial."""
+    need("torch")
+    script = tmp_path / "spawn_unseeded.py"
+    text = (SCRIPTS / "spawn_ddp.py").read_text()
+    assert "    torch.manual_seed(0)\n" in text
+    script.write_text(text.replace("    torch.manual_seed(0)\n", ""))
+
+    def final_loss():
+        rc, out, rec, err = run(script, "4", "spawn", cwd=tmp_path,
+                                env={"MASTER_PORT": _free_port(), "MODAK_SEED": "3"})
+        assert rc == 0 and rec["status"] == "ok" and rec["effect"]["seed"] == 3, err
+        return float(out.split()[-1])
+    assert final_loss() == final_loss()
+
+
 def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_path):
     """``end_loss``: the mean of the losses sampled after the first half of the steps
     (thinned samples too).  A record of a runtime before it, a store written before the

@@ -1030,6 +1030,24 @@ for _ in range(6):
     assert rc != 0 and rec is None and "MODAK_SEED" in err
 
 
+def test_a_trials_seed_reaches_a_keras_models_first_weights(tmp_path):
+    """Keras draws a model's first weights from its own seed generator: seeded when
+    Keras is imported, an unseeded model.fit trains alike in every trial."""
+    need("keras")
+    script = tmp_path / "keras_unseeded.py"
+    text = (SCRIPTS / "keras_fit.py").read_text()
+    assert "keras.utils.set_random_seed(7)\n" in text
+    script.write_text(text.replace("keras.utils.set_random_seed(7)\n", ""))
+
+    def final_loss():
+        rc, _, rec, err = run(script, "--epochs", "1", cwd=tmp_path,
+                              env={"MODAK_SEED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"})
+        assert rc == 0 and rec["status"] == "ok", err
+        assert rec["effect"]["seed"] == 1 and "seed_errors" not in rec["effect"]
+        return rec["metrics"]["final_loss"]
+    assert final_loss() == final_loss()
+
+
 def test_a_trials_seed_reaches_the_ranks_the_script_spawns(tmp_path):
     """A spawned rank is a fresh interpreter: it seeds its own generators (the seed plus
     its rank), so a DDP script that does not seed its model trains alike in every trial."""

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, request, need
@@ -1030,38 +1031,35 @@ for _ in range(6):
     assert rc != 0 and rec is None and "MODAK_SEED" in err
 
 
-def test_a_trials_seed_reaches_a_keras_models_first_weights(tmp_path):
-    """Keras draws a model's first weights from its own seed generator: seeded when
-    Keras is imported, an unseeded model.fit trains alike in every trial."""
-    need("keras")
-    script = tmp_path / "keras_unseeded.py"
-    text = (SCRIPTS / "keras_fit.py").read_text()
-    assert "keras.utils.set_random_seed(7)\n" in text
-    script.write_text(text.replace("keras.utils.set_random_seed(7)\n", ""))
+def _unseeded(name: str, seeding: str, tmp_path) -> Path:
+    """A test script with the line that seeds it left out."""
+    text = (SCRIPTS / name).read_text()
+    assert seeding + "\n" in text
+    script = tmp_path / name
+    script.write_text(text.replace(seeding + "\n", ""))
+    return script
+
+
+@pytest.mark.parametrize("name, seeding, args, env", [
+    # Keras draws a model's first weights from its own seed generator, seeded when Keras
+    # is imported
+    ("keras_fit.py", "keras.utils.set_random_seed(7)", ["--epochs", "1"],
+     {"TF_CPP_MIN_LOG_LEVEL": "3"}),
+    # a spawned rank is a fresh interpreter: it seeds its own (the seed plus its rank)
+    ("spawn_ddp.py", "    torch.manual_seed(0)", ["4", "spawn"], {})])
+def test_a_trials_seed_reaches_keras_and_the_ranks_a_script_spawns(name, seeding, args, env,
+                                                                   tmp_path):
+    """An unseeded model.fit, and a DDP script that spawns its ranks and does not seed its
+    model, train alike in every trial."""
+    need("keras" if name.startswith("keras") else "torch")
+    script = _unseeded(name, seeding, tmp_path)
 
     def final_loss():
-        rc, _, rec, err = run(script, "--epochs", "1", cwd=tmp_path,
-                              env={"MODAK_SEED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"})
+        rc, _, rec, err = run(script, *args, cwd=tmp_path,
+                              env={**env, "MODAK_SEED": "3", "MASTER_PORT": _free_port()})
         assert rc == 0 and rec["status"] == "ok", err
-        assert rec["effect"]["seed"] == 1 and "seed_errors" not in rec["effect"]
+        assert rec["effect"]["seed"] == 3 and "seed_errors" not in rec["effect"]
         return rec["metrics"]["final_loss"]
-    assert final_loss() == final_loss()
-
-
-def test_a_trials_seed_reaches_the_ranks_the_script_spawns(tmp_path):
-    """A spawned rank is a fresh interpreter: it seeds its own generators (the seed plus
-    its rank), so a DDP script that does not seed its model trains alike in every trial."""
-    need("torch")
-    script = tmp_path / "spawn_unseeded.py"
-    text = (SCRIPTS / "spawn_ddp.py").read_text()
-    assert "    torch.manual_seed(0)\n" in text
-    script.write_text(text.replace("    torch.manual_seed(0)\n", ""))
-
-    def final_loss():
-        rc, out, rec, err = run(script, "4", "spawn", cwd=tmp_path,
-                                env={"MASTER_PORT": _free_port(), "MODAK_SEED": "3"})
-        assert rc == 0 and rec["status"] == "ok" and rec["effect"]["seed"] == 3, err
-        return float(out.split()[-1])
     assert final_loss() == final_loss()
 
 

@@ -191,11 +191,13 @@ def knobs_from_env() -> Config:
 def seed_the_run(session: "Session", rank: int = 0) -> Optional[int]:
     """``MODAK_SEED`` (the search's trials set it): the random number generators a script
     draws its model's first weights and its batches from are seeded with it before the
-    script runs: Python's at once, NumPy's, PyTorch's, TensorFlow's and Keras' when they
-    are imported.  Trials of different configurations then start from the same weights
-    and see the same batches, and their losses differ by what the configuration changes,
-    not by the draw (six stock trials of a script with an unseeded model had their losses
-    after 10 steps up to 14% apart here).  A script that seeds them itself does so after
+    script runs: Python's at once, NumPy's global one, PyTorch's, TensorFlow's and Keras'
+    when they are imported (a generator the script makes without a seed, NumPy's
+    ``default_rng()``, draws from the system and is not).  Trials of different
+    configurations then start from the same weights and see the same batches, and their
+    losses differ by what the configuration changes, not by the draw (six stock trials of
+    a script with an unseeded model had their losses after 10 steps up to 14% apart
+    here).  A script that seeds them itself does so after
     this, as it would anyway.  The seed is in the record's ``effect``; unset, nothing is
     seeded (a deploy's job).  A rank the script spawns (``ranks``), a fresh interpreter,
     seeds its own with the seed plus its ``rank``: the ranks draw alike in every trial, and

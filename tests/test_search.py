@@ -1093,3 +1093,49 @@ def test_a_knob_the_script_overrides_fails_a_trial_only_where_it_departs_from_st
     halving.record([stock, bf16, one])
     assert halving.out.verdicts == {ONE.label(): "failed: " + one.failed}
     assert halving.next_round() == ([STOCK, BF16], 20)
+
+
+def test_a_knob_a_trial_found_not_applicable_is_not_tried_again_in_its_round():
+    """torch.compile traced no graph of a GRU script (Dynamo refuses RNNs): the round's
+    later candidate with the same compiler is not tried (before, its plan failed in the
+    middle of the deploy), with the refused trial's reason; one with another compiler
+    mode, or in another image (which may well have what this one lacked), still is."""
+    refused = {"compiler": "torch.compile traced no graph of it: Dynamo skipped a frame"}
+    compiled_glibc = Trial(COMPILE, 0, None, failed="not applied: compiler",
+                           refused=refused)
+    stock = Trial(STOCK, 10, 0.05, 0.0, 4.0, 1.0)
+    for budget in (600.0, math.inf):
+        h = Halving([STOCK, COMPILE, BOTH], STOCK, job_steps=1000, budget_s=budget)
+        why = h.skip(BOTH, [stock, compiled_glibc])
+        assert why == ("not tried: compiler=torch.compile:default was not applied to this "
+                       f"script in the trial of {COMPILE.label()} ({refused['compiler']})")
+        assert h.skip(BOTH, [stock]) is None
+        assert h.skip(STOCK, [stock, compiled_glibc]) is None
+    other_mode = BOTH.model_copy(update={"compiler": "torch.compile:max-autotune"})
+    other_image = BOTH.model_copy(update={"image": IMAGE + "-opt"})
+    h = Halving([STOCK, COMPILE, other_mode, other_image], STOCK, job_steps=1000,
+                budget_s=600.0)
+    assert h.skip(other_mode, [stock, compiled_glibc]) is None
+    assert h.skip(other_image, [stock, compiled_glibc]) is None
+    # the round's record, and the search's state between the deploy's tasks
+    h = Halving([STOCK, COMPILE, BOTH], STOCK, job_steps=1000, budget_s=600.0)
+    h.record([stock, compiled_glibc, Trial(BOTH, 0, None, failed=why, skipped=True)])
+    again = Halving.from_state(json.loads(json.dumps(h.state())))
+    assert again.out.verdicts == h.out.verdicts and again.out.verdicts[BOTH.label()] == why
+    assert [t.refused for t in again.out.trials] == [{}, refused]
+
+    # the in-process search: the compiled bf16 candidate never runs
+    calls = []
+
+    def run(config, steps, cap=None):
+        calls.append(config)
+        if config.compiler:
+            return Trial(config, 0, None, 0.0, 5.0, None, "not applied: compiler",
+                         refused=refused)
+        return Trial(config, steps, 0.05 if config == STOCK else 0.04, 0.0,
+                     3.0 + 0.05 * steps, 1.0)
+    out = search([COMPILE, BOTH, TCMALLOC], STOCK, run, job_steps=10000, budget_s=600.0)
+    assert BOTH not in calls and COMPILE in calls
+    assert out.verdicts[BOTH.label()].startswith("not tried: compiler=torch.compile:default")
+    assert out.verdicts[COMPILE.label()] == "failed: not applied: compiler"
+    assert out.chosen == TCMALLOC

@@ -197,6 +197,10 @@ class Trial:
     # the mean loss over the trial's second half (``modak_runtime.record.end_loss``), None
     # where not recorded: what :func:`changes_result` compares where both trials have it
     end_loss: Optional[float] = None
+    # the knobs its runtime did not apply to the script, where they made it another
+    # configuration than its own (:func:`departures`: knob -> why): a later candidate of the
+    # round with the same value of one is not tried (:meth:`Halving.skip`)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 def shortest_cap(stock: Optional[Trial]) -> float:
@@ -258,6 +262,23 @@ def departures(not_applied: dict[str, str], config: Configuration,
     return {knob: why for knob, why in not_applied.items()
             if stock is None or not hasattr(config, knob)
             or getattr(config, knob) != getattr(stock, knob)}
+
+
+def refused_in(configuration: Configuration, done: Sequence[Trial]) -> Optional[str]:
+    """Why ``configuration`` is not tried after the trials ``done`` (None: it may be): one
+    of them, in the same image, found a knob the configuration has at the same value not
+    applicable to the script (``Trial.refused``; the planner's rule too: another image may
+    well have what this one lacked)."""
+    for t in done:
+        if t.configuration.image != configuration.image:
+            continue
+        for knob, why in sorted(t.refused.items()):
+            value = getattr(configuration, knob, None)
+            if value is not None and value == getattr(t.configuration, knob, None):
+                shown = getattr(value, "value", value)
+                return (f"not tried: {knob}={shown} was not applied to this script in the "
+                        f"trial of {t.configuration.label()} ({why})")
+    return None
 
 
 @dataclass
@@ -463,9 +484,17 @@ class Halving:
         the script's own start-up measures nothing (a small CNN's three candidates, capped
         at 2.6 s each, ended before their first steps: its start-up took 3.4 s).  A cap
         runs on the runtime's clock, without the process's start (a benchmark's MLP
-        measured tcmalloc 1.21x faster in shares of 1.7 s)."""
-        if configuration == self.stock or not math.isfinite(self.budget_s):
+        measured tcmalloc 1.21x faster in shares of 1.7 s).
+
+        Nor is a candidate with a knob at the value an earlier trial of the round found the
+        runtime could not apply to this script (:func:`refused_in`): its trial would measure
+        another configuration than its own (the planner no longer offers it either, and
+        planning its trial failed in the middle of the deploy)."""
+        if configuration == self.stock:
             return None
+        why = refused_in(configuration, done)
+        if why or not math.isfinite(self.budget_s):
+            return why
         earlier = self.last.get(configuration)
         if earlier is not None and earlier.s_per_step is not None:
             return None  # (capped, it keeps what it measured: see ``record``)

@@ -177,7 +177,8 @@ class ActionModule(ActionBase):
                      m.get("final_loss"), failed,
                      capped=time_capped(failed, rec.get("error")),
                      startup_s=float(m.get("startup_s") or 0.0),
-                     runtime_s=float(m.get("runtime_s") or 0.0), end_loss=m.get("end_loss"))
+                     runtime_s=float(m.get("runtime_s") or 0.0), end_loss=m.get("end_loss"),
+                     refused=refused)
 
 
 def _s(trial, halving, job_seconds):

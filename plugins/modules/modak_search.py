@@ -189,8 +189,8 @@ skip:
     - With O(cap_for) - why that trial is not to run (what the budget has left does not
       afford it the shortest cap after the better-ranked, and it has nothing measured to
       keep; or an earlier trial of the round, in the same image, found one of its knobs at
-      the same value not applicable to the script), empty where it runs. The playbook then records it in O(record) with
-      C(status=skipped) and this as C(error.message).
+      the same value not applicable to the script), empty where it runs. The playbook then
+      records it in O(record) with C(status=skipped) and this as C(error.message).
   returned: with cap_for
   type: str
 chosen:

@@ -274,39 +274,59 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
     assert ResultsStore(tmp_path / "store.sqlite").count() == 1
 
 
-def test_autotuning_trials_go_through_the_job_path_into_the_store(deploy):
-    """The budgeted search: round 1 runs the candidates and stock for 8 steps, round 2 the
-    better half and stock for 16 (and where a choice rests on one round, one more runs
-    stock again at its last steps, to confirm it); every trial through the job path into
-    the store; the final plan runs the choice, never slower than the stock trial."""
-    proc = deploy("autotune.yml", inputs={"job_name": "mnist-tune", "steps": "1000"},
-                  modak_autotune_k=2, modak_autotune_steps=8, modak_autotune_rounds=2,
-                  modak_autotune_budget=1.0, modak_refit=True)
+def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
+    """autotune.yml: the budgeted search whatever the model says (this workload it knows),
+    round 1 the candidates and stock for 8 steps, round 2 the better half and stock for 16
+    (and where a choice rests on one round, one more runs stock again at its last steps, to
+    confirm it); every trial through the job path into the store; then the job, uncapped,
+    with the search's choice; run again, nothing runs twice."""
+    # (the budget is 4x a 250-step job's time: the trials of a 1000-step one, a short job)
+    settings = dict(inputs={"job_name": "mnist-tune", "steps": "250"}, modak_autotune_k=2,
+                    modak_autotune_steps=8, modak_autotune_rounds=2, modak_autotune_budget=4.0,
+                    modak_refit=True)
+    proc = deploy("autotune.yml", **settings)
     _ok(proc)
     found = re.search(r"chose (.+?) after (\d+) trials? in (\d+) rounds?, ([\d.]+) s of a "
-                      r"([\d.]+) s budget(?: \(stock's trials, which always run, took [\d.]+ s "
-                      r"of it\))?; planned \S+: pytorch-2.13.0-cpu", proc.stdout)
+                      r"([\d.]+) s budget", proc.stdout)
     assert found, proc.stdout[-3000:]
+    assert re.search(r"job \d+ COMPLETED \(exit code 0\)", proc.stdout), proc.stdout[-3000:]
     trials, rounds = int(found.group(2)), int(found.group(3))
     rows = deploy.store.rows()
-    assert {r["source"] for r in rows} == {"autotune"} and len(rows) == trials
-    # short trials: the runtime stopped the 1000-step script after 8 (then 16) steps
-    assert all(r["status"] == "capped" and r["steps"] in (8, 16) for r in rows)
-    stock = [r for r in rows if r["compiler"] == "off" and r["allocator"] == "glibc"
+    tried = [r for r in rows if r["source"] == "autotune"]
+    (job,) = [r for r in rows if r["source"] != "autotune"]
+    assert len(tried) == trials
+    # short trials: the runtime stopped the script after 8 (then 16) steps; the job ran whole
+    assert all(r["status"] == "capped" and r["steps"] in (8, 16) for r in tried)
+    # (3 warm-up steps of the script and its 250: the runtime counts every optimizer step)
+    assert job["status"] == "ok" and job["steps"] == 253
+    stock = [r for r in tried if r["compiler"] == "off" and r["allocator"] == "glibc"
              and r["precision"] == "fp32" and r["threads"] == r["cores"]]
     assert len(stock) == rounds  # stock runs in every round
     # each trial is stored with the search round it ran in: the model compares the runs of
     # one round, as the search did, though all ran within minutes; stock's second trial
     # (to confirm a choice) is a run of its own, in a round of its own, at its last steps
-    confirm = [r for r in rows if r["steps"] != 8 * 2 ** (r["repeat"] - 1)]
+    confirm = [r for r in tried if r["steps"] != 8 * 2 ** (r["repeat"] - 1)]
     assert all(r in stock and r["repeat"] == rounds and r["steps"] == 4 * 2 ** (rounds - 1)
                for r in confirm) and len(confirm) <= 1, \
-        [(r["steps"], r["repeat"]) for r in rows]
+        [(r["steps"], r["repeat"]) for r in tried]
     rounds -= len(confirm)
     if rounds == 2:  # the better half of round 1's other candidates went on (at least one)
         assert {r["steps"] for r in stock} == {8, 16}
-        first, second = (sum(r["steps"] == n and r not in stock for r in rows) for n in (8, 16))
+        first, second = (sum(r["steps"] == n and r not in stock for r in tried) for n in (8, 16))
         assert 1 <= second <= max(1, first // 2)
+    # the job ran the search's choice
+    plans = [json.loads(p.read_text()) for p in (deploy.tmp / "plans").glob("*/plan.json")]
+    (final,) = [p for p in plans if p["decided_by"] == "autotune" and
+                "MODAK_MAX_STEPS" not in p["environment"]]
+    chosen = Configuration(**final["chosen"])
+    assert not any(p["search"] for p in plans)  # the deploy alone would not have searched
+    assert (job["compiler"], job["allocator"], job["precision"], job["threads"]) == (
+        chosen.compiler or "off", chosen.allocator, chosen.precision, chosen.threads)
+    assert found.group(1).startswith(chosen.label())
+    again = deploy("autotune.yml", **settings)
+    _ok(again)
+    assert deploy.store.count() == len(rows)
+    assert _task(again.stdout, "Submit the job (once per run)") == "ok", again.stdout[-3000:]
 
 
 # ---------------------------------------------------------------------------

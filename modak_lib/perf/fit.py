@@ -648,19 +648,21 @@ class FittedModel:
 
 
 def fit(df, estimators: Sequence[str] = None, by: str = "workload",
-        carry: Optional[ModelCard] = None) -> FittedModel:
+        carry: Optional[ModelCard] = None, every=None) -> FittedModel:
     """Fit every estimator, compare them on held-out groups (``by``: workload families by
     default, the hardest test: a workload never seen), keep the best.
 
     ``carry``: the card of a model whose comparison still stands for ``df`` (a refit after a
     run, a few rows added since: ``refit_after_run``): its estimator alone is fitted, and
     its held-out figures are carried over; ``held_out_rows`` says on how many measurements
-    they were measured."""
+    they were measured.  ``every``: ``training_frame(df)``, where the caller has it already
+    (a second of the refit after each trial of a search)."""
     import numpy as np
 
     estimators = tuple(estimators or ESTIMATORS)
     workloads = workload_table(df)
-    every = training_frame(df)  # (measured medians need no features)
+    if every is None:
+        every = training_frame(df)  # (measured medians need no features)
     df = usable(every)
     n_cfg = config_groups(df).nunique() if len(df) else 0
     if len(df) < 8 or n_cfg < 3:
@@ -1037,9 +1039,10 @@ def refit_after_run(store, path: Optional[Path] = None) -> str:
     except (OSError, ValueError):
         meta = None
     data = load_frame(store)
-    carry = None
+    carry, every = None, None
     if isinstance(meta, dict) and path.exists() and stale(meta) is None:
-        frame = usable(training_frame(data))
+        every = training_frame(data)
+        frame = usable(every)
         why = None
         if meta.get("estimator") not in QUICK_ESTIMATORS:
             why = "a full fit"
@@ -1050,7 +1053,7 @@ def refit_after_run(store, path: Optional[Path] = None) -> str:
             return (f"kept {meta.get('model_id')}: {why} (`modak model fit` refits it); "
                     "it reads this run from the store")
         carry = _still_compared(meta, frame)
-    model = fit(data, estimators=QUICK_ESTIMATORS, carry=carry)
+    model = fit(data, estimators=QUICK_ESTIMATORS, carry=carry, every=every)
     model.save(path)
     return model.meta["model_id"]
 

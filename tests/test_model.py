@@ -417,11 +417,14 @@ def test_a_workload_never_run_falls_back_to_the_prior():
                for n in result.plan.notes), result.plan.notes
 
 
-def test_a_target_never_measured_is_predicted_from_its_figures(monkeypatch):
+def test_a_target_never_measured_is_predicted_from_its_figures(monkeypatch, tmp_path):
     """The model speaks for a known workload on a target it never measured, from the
     target's figures, with the wider interval of held-out families - unless that error is
     too wide to decide with; without figures it says what it lacks and the prior decides."""
     from modak_lib.perf import predictor as P
+    # never probed either: not the session's probes, where a deploy test on a host of the
+    # same microarchitecture and cores (a zen3 host) left its figures
+    monkeypatch.setenv("MODAK_PROBES", str(tmp_path / "probes.json"))
     predictor = predictor_for(synthetic(noise=0.02))
     unseen = predictor.meta["sigma_log_unseen"]  # (two families: one held out is far off)
     gated = make_plan(mnist_request(microarchitecture="skylake_avx512", cores_per_node=4),

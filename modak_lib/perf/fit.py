@@ -21,7 +21,7 @@ import platform
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .. import __version__
 from ..errors import ModakError
@@ -850,18 +850,6 @@ def _plain(v: Any) -> Any:
     return None if isinstance(v, float) and v != v else v
 
 
-IDENT_KEYS = ("workload_key", "workload", "framework", "batch_size")
-
-
-def workload_ident(w: Mapping[str, Any]) -> str:
-    """A workload's identity in the data (a row, or an entry of :func:`workload_table`): its
-    key, else its label, framework and batch size (the oldest stores' runs have no key)."""
-    key = w.get("workload_key")
-    if key is not None and key == key:  # (NaN: none)
-        return str(key)
-    return "label:%s/%s/%s" % (w.get("workload"), w.get("framework"), w.get("batch_size"))
-
-
 def workload_table(df) -> list[dict[str, Any]]:
     """Per workload (its key, else its label and framework): the latest fingerprint (with
     its FLOP shares), the knobs the runtime refused to apply to it and the configurations
@@ -892,8 +880,9 @@ def workload_table(df) -> list[dict[str, Any]]:
     # the latest word last (rows without a time, the oldest stores', first)
     d = d.iloc[d["recorded_at"].astype(str).where(d["recorded_at"].notna(), "")
                .argsort(kind="stable")]
-    ident = pd.Series([workload_ident(r) for r in d[list(IDENT_KEYS)].to_dict("records")],
-                      index=d.index, dtype=object)
+    ident = d["workload_key"].astype(object).where(
+        d["workload_key"].notna(), "label:" + d["workload"].astype(str) + "/"
+        + d["framework"].astype(str) + "/" + d["batch_size"].astype(str))
     out = []
     for _, g in d.groupby(ident, sort=True):
         ok = g[g["status"] != "failed"]

@@ -195,19 +195,22 @@ class FastPredictor:
         the shipped datasets, as ``results.load_frame`` reads them) in place of the card's
         for every group and workload the frame holds: the card's are those of its fit, which
         may hold more (a campaign's ``--data``) and lacks the runs recorded since."""
-        from .fit import (MEASURED_KEYS, measured_groups, training_frame, workload_ident,
-                          workload_table)
+        from .fit import MEASURED_KEYS, measured_groups, training_frame, workload_table
+
+        def ident(w: dict[str, Any]) -> tuple:
+            return (w.get("workload_key"),) if w.get("workload_key") else (
+                w.get("workload"), w.get("framework"), w.get("batch_size"))
 
         def group(m: dict[str, Any]) -> tuple:
             return tuple(str(m.get(k)) for k in MEASURED_KEYS)
 
         workloads, measured = workload_table(frame), measured_groups(training_frame(frame))
-        have = {workload_ident(w) for w in workloads}
+        have = {ident(w) for w in workloads}
         seen = {group(m) for m in measured}
         return FastPredictor(
             self.meta, formula=self.formula,
             measured=[m for m in self.measured if group(m) not in seen] + measured,
-            workloads=[w for w in self.workloads if workload_ident(w) not in have] + workloads)
+            workloads=[w for w in self.workloads if ident(w) not in have] + workloads)
 
     def workload(self, request: JobRequest) -> Optional[dict[str, Any]]:
         """What earlier runs measured of this request's workload: by its key, else by its

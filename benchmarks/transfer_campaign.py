@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
-        [--config C ...] [--store PATH] [--merge STORE ...]
+        [--config C ...] [--store PATH] [--merge STORE ...] [--max-busy 0.1]
         [--csv modak_lib/data/transfer-campaign.csv.gz] [--list]
     .venv/bin/python benchmarks/transfer_campaign.py --refingerprint \
         --csv modak_lib/data/transfer-campaign.csv.gz
@@ -45,6 +45,15 @@ machine's many cores.  Back here, ``--merge gpu.sqlite --csv
 modak_lib/data/transfer-campaign.csv.gz`` runs nothing: it adds that store's campaign rows
 that this store lacks and writes the CSV.
 
+A run is a measurement of its configuration only if it had the machine to itself: the
+campaign reads the machine's CPU time (``/proc/stat``, the host's steal included) around
+each run, takes out the run's own (its processes', waited for), and does not record a run
+during which more than ``--max-busy`` of the machine (default 0.1: a tenth of all its
+CPUs) went to anything else, a test suite or a noisy neighbour.  It then waits for five
+quiet seconds (as it does before probing a target) and goes on; the run is measured again
+when the campaign is run again.  A machine busy for ten minutes (or past ``--minutes``)
+stops it.
+
 Repeats go where the model is uncertain: ``--uncertain N`` runs one more round of the N
 cells of this machine (of those selected by ``--family``/``--target``/``--variant``) whose
 measurements the model predicts worst with each configuration held out in turn
@@ -68,6 +77,7 @@ import argparse
 import os
 import random
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -187,6 +197,63 @@ def run_one(family: str, variant: int, target: str, config: str, steps: int,
         raise RuntimeError(f"{family} b{variant} {target} {config}: no record "
                            f"({proc.returncode}): {proc.stderr[-800:]}")
     return recs[-1]
+
+
+def cpu_clock() -> tuple[float, float] | None:
+    """The machine's busy CPU seconds since boot (user, nice, system, irq, softirq) and
+    those its host stole from it (a virtual machine's neighbours), from ``/proc/stat``;
+    ``None`` where there is no such file."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, *rest = fields + [0] * 8
+    return (user + nice + system + irq + softirq) / tick, (rest[0] if rest else 0) / tick
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have been waited for (with theirs)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+class Disturbance:
+    """How much of the machine went to something other than the runs started inside it
+    (other processes, the host's steal), as a share of all its CPUs over the wall time:
+    a run measured beside a test suite or a noisy neighbour is not a measurement of its
+    configuration.  ``share`` is ``None`` where the machine does not say (no
+    ``/proc/stat``) or the wall time was under a second."""
+
+    def __init__(self) -> None:
+        self.share: float | None = None
+
+    def __enter__(self) -> "Disturbance":
+        self._clock, self._children = cpu_clock(), children_cpu()
+        self._wall = time.monotonic()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        clock, wall = cpu_clock(), time.monotonic() - self._wall
+        if clock is None or self._clock is None or wall < 1:
+            return  # (under a second: the clock's ticks are too coarse to tell)
+        busy = clock[0] - self._clock[0] - (children_cpu() - self._children)
+        stolen = clock[1] - self._clock[1]
+        self.share = (max(0.0, busy) + max(0.0, stolen)) / (wall * (os.cpu_count() or 1))
+
+
+def wait_quiet(limit: float, deadline: float, window: float = 5.0) -> bool:
+    """Wait until ``window`` seconds pass with at most ``limit`` of the machine busy
+    (:class:`Disturbance` of nothing), but not past ``deadline`` (``time.time()``): whether
+    it is quiet (or does not say)."""
+    while True:
+        with Disturbance() as d:
+            time.sleep(window)
+        if d.share is None or d.share <= limit:
+            return True
+        if time.time() >= deadline:
+            return False
 
 
 ANY = "*"  # every machine
@@ -398,6 +465,9 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)  # (or --uncertain N)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--minutes", type=float, default=0, help="start no run after so long")
+    ap.add_argument("--max-busy", type=float, default=0.1, metavar="SHARE",
+                    help="record no run during which more than this share of the machine's "
+                         "CPU went to anything else (default 0.1; 1 records every run)")
     ap.add_argument("--store", help="results store (default: $MODAK_RESULTS or ~/.local/...)")
     ap.add_argument("--csv", help="then write the campaign's rows as CSV")
     ap.add_argument("--list", action="store_true", help="say what is left, run nothing")
@@ -468,6 +538,18 @@ def main() -> int:
         return 0
     started = time.time()
     figures: dict[str, dict] = {}
+    disturbed = 0
+
+    def quiet() -> bool:  # the machine to itself, or give up after 10 minutes (or --minutes)
+        end = time.time() + 600
+        if a.minutes:
+            end = min(end, started + a.minutes * 60)
+        if wait_quiet(a.max_busy, end):
+            return True
+        print(f"the machine stays busy with something else (over {a.max_busy:.0%} of it): "
+              "run again later to go on", flush=True)
+        return False
+
     for r, f, v, t in rounds:
         todo = todo_of(r, f, v, t)
         if not todo:
@@ -476,6 +558,8 @@ def main() -> int:
             print("time is up: run again to go on", flush=True)
             break
         if t not in figures:
+            if a.max_busy < 1 and not quiet():  # the target's figures, measured alone
+                break
             figures[t] = p = probe(t)
             if t in GPU_TARGETS and not p.get("accelerator"):
                 print(f"== target {t}: no GPU here, skipped", flush=True)
@@ -486,16 +570,27 @@ def main() -> int:
         if t in GPU_TARGETS and not figures[t].get("accelerator"):
             continue
         rng.shuffle(todo)
+        busy = False
         for c in todo:
             if a.minutes and time.time() - started > a.minutes * 60:
                 break
             t0 = time.perf_counter()
             try:
-                rec = run_one(f, v, t, c, a.steps)
+                with Disturbance() as d:
+                    rec = run_one(f, v, t, c, a.steps)
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 print(f"  {f} b{v} {t} {c}: {exc}", flush=True)
                 continue
             rid = run_id(f, v, t, c)
+            if a.max_busy < 1 and d.share is not None and d.share > a.max_busy:
+                # not stored: the next invocation (or round) runs it again
+                disturbed += 1
+                print(f"  {f} b{v} {t} {c}: {d.share:.0%} of the machine went to something "
+                      "else meanwhile: not recorded; waiting for it to be quiet", flush=True)
+                if not quiet():
+                    busy = True
+                    break
+                continue
             try:
                 row = row_from_fom(rec, source=SOURCE, run_id=rid, repeat=counts.get(rid, 0),
                                    image="host", target=t, probe=figures[t],
@@ -510,6 +605,11 @@ def main() -> int:
             print(f"  {f:<15} b{v} {t:<4} {c:<13} {rec['status']:<7} "
                   f"{(m.get('s_per_step') or 0):8.4f} s/step  loss {m.get('final_loss')}  "
                   f"({time.perf_counter() - t0:5.1f} s)", flush=True)
+        if busy:
+            break
+    if disturbed:
+        print(f"{disturbed} runs were not recorded, the machine being busy with something "
+              "else: run again to measure them", flush=True)
     if a.csv:
         print(f"wrote {export(store, Path(a.csv))} rows to {a.csv}")
     return 0

@@ -24,8 +24,9 @@ ran here, else by the first machine's in the data):
    runtime, with the job time (warm-up + job steps x s/step) and the final loss.
 
 It prints, per family, each trial (its round, steps, seconds and step time) and the
-verdicts, then one table: the family, what was chosen, the trial cost, and the three job
-times.
+verdicts, then one table: the family, what was chosen, the trial cost, the three job
+times, and how much of the machine went to other work during its runs (the campaign's
+``Disturbance``: a figure measured beside other work is not of its configuration alone).
 """
 from __future__ import annotations
 
@@ -63,9 +64,15 @@ def label_of(c: Configuration, cores: int) -> str:
     return next(k for k in tc.CONFIGS if config_of(k, cores) == c)
 
 
+BUSY: list[float] = []  # each run's share of the machine that went to other work
+
+
 def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
           seconds: float | None = None) -> Trial:
-    rec = tc.run_one(family, 0, target, label_of(c, cores), steps, seconds)
+    with tc.Disturbance() as d:
+        rec = tc.run_one(family, 0, target, label_of(c, cores), steps, seconds)
+    if d.share is not None:
+        BUSY.append(d.share)
     m = rec["metrics"]
     failed = None if rec["status"] != "failed" and m.get("s_per_step") else \
         (rec.get("error") or {}).get("message") or rec["status"]
@@ -96,6 +103,7 @@ def main() -> int:
     labels = tc.configs_for(a.target)
     rows = []
     for family in a.family or list(tc.FAMILIES):
+        BUSY.clear()
         cell = df[(df["workload"] == family) & (df["run_id"].astype(str).str.contains(
             f"/b0/{a.target}/"))]
         if cell.empty:
@@ -148,7 +156,8 @@ def main() -> int:
                      f"{med['stock'] / med['chosen']:.2f}x",
                      f"{med['stock'] / med['grid best']:.2f}x",
                      f"{statistics.median(losses['chosen']) if losses['chosen'] else '-':.4}"
-                     if losses["chosen"] else "-"])
+                     if losses["chosen"] else "-",
+                     f"{max(BUSY):.0%}" if BUSY else "-"])
         print(out.summary(), flush=True)
         for t in out.trials:  # what each trial cost (the runtime's clock) and measured
             print(f"   round {t.round}: {label_of(t.configuration, cores)}, {t.steps} steps, "
@@ -158,7 +167,11 @@ def main() -> int:
             print(f"   {name.split(' ', 1)[-1]}: {why}", flush=True)
     print("\n".join(table_lines(rows, [
         "family (held out)", "model", "model's first", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
-        "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss"])))
+        "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss",
+        "busy elsewhere"])))
+    print("busy elsewhere: the most of the machine's CPU (the host's steal included) that went "
+          "to anything but the family's runs during one of them; over 10% (the campaign's "
+          "--max-busy), its figures are not of the configurations alone")
     return 0
 
 

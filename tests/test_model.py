@@ -902,17 +902,24 @@ def test_the_evaluation_says_how_far_a_workload_scatters_between_like_machines()
     assert ev._least_mape([1.0, 2.0]) == 1.0 and ev._least_mape([1.0, 1.1, 5.0]) == 1.1
 
 
-def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_path):
-    """``transfer_campaign.py --uncertain N`` ranks the cells by the model's held-out error:
-    a cell where one configuration ran 4x slower than anything else shows (an effect no
-    feature explains) comes first."""
-    import csv
+def _campaign_module():
+    """``benchmarks/transfer_campaign.py`` as a module (it is a script, not a package's)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
         "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
     campaign = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(campaign)
+    return campaign
+
+
+def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_path):
+    """``transfer_campaign.py --uncertain N`` ranks the cells by the model's held-out error:
+    a cell where one configuration ran 4x slower than anything else shows (an effect no
+    feature explains) comes first."""
+    import csv
+
+    campaign = _campaign_module()
     cells = ("small-cnn/b0/2c/", "resnet18/b0/2c/", "mlp/b0/2c/", "gru/b0/2c/")
     with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
         rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
@@ -938,12 +945,8 @@ def test_the_campaign_describes_each_machine_by_its_own_probes(tmp_path):
     kind) is two descriptions: each machine's rows get the median of its own probes, never
     the other machine's; rows of runtimes that did not record a boot are one machine."""
     import csv
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
-    campaign = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(campaign)
+    campaign = _campaign_module()
 
     def row(n, boot, fp32, bf16):
         return {"recorded_at": f"2026-11-23T0{n}:00:00+00:00", "source": campaign.SOURCE,
@@ -971,12 +974,8 @@ def test_the_campaign_counts_each_machines_runs_for_itself(tmp_path):
     """Another session's host (another boot) is another target: the runs another machine
     made of a cell do not count as this machine's repeats, so ``--repeats 2`` runs that
     cell here until this machine has measured it twice."""
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
-    campaign = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(campaign)
+    campaign = _campaign_module()
     rid = "transfer/mlp/b0/2c/stock"
     store = ResultsStore(tmp_path / "campaign.sqlite")
     store.append([{"recorded_at": f"2026-11-23T0{n}:00:00+00:00", "source": campaign.SOURCE,
@@ -999,13 +998,9 @@ def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, m
     cell twice, the first round of each cell before the second of any; run again, it runs
     nothing; ``--repeats 3`` then runs one round more.  (It ran one round an invocation.)"""
     import csv
-    import importlib.util
     import sys
 
-    spec = importlib.util.spec_from_file_location(
-        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
-    campaign = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(campaign)
+    campaign = _campaign_module()
     with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
         raw = next(r["raw"] for r in csv.DictReader(f)
                    if r["run_id"] == "transfer/mlp/b0/2c/stock")
@@ -1026,7 +1021,7 @@ def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, m
         monkeypatch.setattr(sys, "argv", [
             "transfer_campaign.py", "--store", str(store), "--family", "mlp", "--family",
             "gru", "--target", "2c", "--variant", "0", "--config", "stock", "--config",
-            "bf16", "--repeats", str(repeats)])
+            "bf16", "--repeats", str(repeats), "--max-busy", "1"])
         assert campaign.main() == 0
     main(2)
     assert len(ran) == 8
@@ -1040,21 +1035,116 @@ def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, m
     assert len(ran) == 12 and sorted(ran[8:]) == sorted(first)
 
 
+def test_a_campaign_run_measured_beside_other_work_is_not_recorded_but_run_again(
+        tmp_path, monkeypatch):
+    """A run during which more than ``--max-busy`` of the machine went to something else is
+    not stored; the campaign waits for the machine to be quiet and goes on, and measures
+    that configuration again when run again.  A machine that stays busy stops it."""
+    import csv
+    import sys
+
+    campaign = _campaign_module()
+    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
+        raw = next(r["raw"] for r in csv.DictReader(f)
+                   if r["run_id"] == "transfer/mlp/b0/2c/stock")
+    ran, shares, waits = [], [], []
+
+    def run_one(family, variant, target, config, steps, seconds=None):
+        ran.append(config)
+        rec = json.loads(raw)
+        rec["host"]["boot_id"] = campaign.boot_id()
+        return rec
+
+    class Disturbance:  # what /proc/stat would say of each run, in turn
+        def __enter__(self):
+            self.share = shares.pop(0)
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    quiet = []
+    monkeypatch.setattr(campaign, "run_one", run_one)
+    monkeypatch.setattr(campaign, "Disturbance", Disturbance)
+    monkeypatch.setattr(campaign, "wait_quiet",
+                        lambda limit, deadline: waits.append(limit) or quiet.pop(0))
+    monkeypatch.setattr(campaign, "probe", lambda target: {
+        "gflops_fp32": 200.0, "gflops_bf16": 900.0, "bandwidth_gbs": 50.0})
+    store = tmp_path / "campaign.sqlite"
+
+    def main(*more):
+        monkeypatch.setattr(sys, "argv", [
+            "transfer_campaign.py", "--store", str(store), "--family", "mlp", "--target", "2c",
+            "--variant", "0", "--config", "stock", "--config", "bf16", "--config",
+            "tcmalloc", *more])
+        assert campaign.main() == 0
+
+    def measured():
+        return campaign.done(ResultsStore(store), campaign.boot_id())
+
+    # quiet before the probe; the first run disturbed (a third of the machine elsewhere),
+    # quiet again after it; the other two measured
+    shares[:], quiet[:] = [0.33, 0.02, None], [True, True]
+    main()
+    assert len(ran) == 3 and waits == [0.1, 0.1] and not quiet and not shares
+    assert sorted(measured()) == sorted(f"transfer/mlp/b0/2c/{c}" for c in ran[1:])
+    # run again: only the disturbed one, now measured
+    shares[:], quiet[:] = [0.05], [True]
+    main()
+    assert ran[3:] == ran[:1]
+    assert measured() == {f"transfer/mlp/b0/2c/{c}": 1 for c in ("stock", "bf16", "tcmalloc")}
+    # a second round on a machine that stays busy: one disturbed run, then it stops
+    waits.clear()
+    shares[:], quiet[:] = [0.5], [True, False]
+    main("--repeats", "2", "--max-busy", "0.2")
+    assert len(ran) == 5 and waits == [0.2, 0.2] and not quiet
+    assert set(measured().values()) == {1}
+    # --max-busy 1 records every run and waits for nothing
+    shares[:] = [0.9, 0.9, 0.9]
+    main("--repeats", "2", "--max-busy", "1")
+    assert len(ran) == 8 and waits == [0.2, 0.2]
+    assert set(measured().values()) == {2}
+
+
+def test_a_runs_disturbance_is_the_cpu_of_others_not_of_the_runs_own_processes():
+    """:class:`Disturbance` counts what the machine's CPUs did beside the processes started
+    inside it: a child spinning a core is the run's own; another process spinning one is
+    half of this 2-core machine (a share of ``os.cpu_count()``)."""
+    import os
+    import subprocess
+    import sys
+
+    campaign = _campaign_module()
+    if campaign.cpu_clock() is None:
+        pytest.skip("no /proc/stat here: the campaign cannot tell a disturbed run")
+    spin = "import time\nt = time.monotonic()\nwhile time.monotonic() - t < {}: pass"
+    with campaign.Disturbance() as own:
+        subprocess.run([sys.executable, "-c", spin.format(1.5)], check=True)
+    other = subprocess.Popen([sys.executable, "-c", spin.format(3.0)])
+    try:
+        time.sleep(0.3)
+        with campaign.Disturbance() as beside:
+            time.sleep(1.5)
+    finally:
+        other.wait()
+    assert own.share is not None and own.share < 0.3 / (os.cpu_count() / 2)
+    assert beside.share > 0.7 / os.cpu_count()
+    with campaign.Disturbance() as instant:
+        pass
+    assert instant.share is None  # too short for the clock's ticks
+
+
 def test_a_gpu_machines_campaign_joins_the_shipped_one_as_a_target_of_its_own(tmp_path):
     """A campaign run on a GPU machine comes back as a store file; ``--merge`` adds its
     rows once (a second merge adds none), and the model's data name its GPU target apart
     from the same host's CPU.  The GPU target takes no thread-count configuration, and a
     machine without tcmalloc none of tcmalloc."""
-    import importlib.util
 
     import pandas as pd
 
     from modak_lib.perf.fit import target_id
 
-    spec = importlib.util.spec_from_file_location(
-        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
-    campaign = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(campaign)
+    campaign = _campaign_module()
 
     def row(n, target, accelerator):
         return {"recorded_at": f"2026-11-24T0{n}:00:00+00:00", "source": campaign.SOURCE,
@@ -1094,12 +1184,8 @@ def test_a_campaign_csv_named_gz_is_written_compressed_and_read_back_as_it_was(t
     when its rows change), a fresh store resumes from it, and the model's loader reads it
     as a ``--data`` file; a plain ``.csv`` name stays plain text."""
     import gzip
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
-    campaign = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(campaign)
+    campaign = _campaign_module()
     store = ResultsStore(tmp_path / "campaign.sqlite")
     store.append([{"recorded_at": f"2026-11-27T0{n}:00:00+00:00", "source": campaign.SOURCE,
                    "run_id": "transfer/mlp/b0/2c/stock", "workload": "mlp",
@@ -1132,12 +1218,8 @@ def test_refingerprint_fills_a_new_count_and_an_accelerators_rows_only_what_the_
     only what is counted from the modules (``recurrent_steps``); any other row whose
     fingerprint differs stops it, the CSV unchanged."""
     import csv
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location(
-        "transfer_campaign", ROOT / "benchmarks/transfer_campaign.py")
-    campaign = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(campaign)
+    campaign = _campaign_module()
     with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
         cpu = next(r for r in csv.DictReader(f)
                    if r["run_id"] == "transfer/gru/b0/2c/stock" and not r["accelerator"])

@@ -913,6 +913,29 @@ def _campaign_module():
     return campaign
 
 
+def _fake_runs(campaign, monkeypatch) -> list:
+    """The campaign's runs and probes replaced: each run returns a record of the shipped
+    campaign (as of this machine's boot, its own step time) and is noted in the list
+    returned, as (family, target, configuration)."""
+    import csv
+
+    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
+        raw = next(r["raw"] for r in csv.DictReader(f)
+                   if r["run_id"] == "transfer/mlp/b0/2c/stock")
+    ran = []
+
+    def run_one(family, variant, target, config, steps, seconds=None):
+        ran.append((family, target, config))
+        rec = json.loads(raw)
+        rec["host"]["boot_id"] = campaign.boot_id()
+        rec["metrics"]["s_per_step"] = 0.01 * len(ran)  # (each run's own record)
+        return rec
+    monkeypatch.setattr(campaign, "run_one", run_one)
+    monkeypatch.setattr(campaign, "probe", lambda target: {
+        "gflops_fp32": 200.0, "gflops_bf16": 900.0, "bandwidth_gbs": 50.0})
+    return ran
+
+
 def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_path):
     """``transfer_campaign.py --uncertain N`` ranks the cells by the model's held-out error:
     a cell where one configuration ran 4x slower than anything else shows (an effect no
@@ -974,7 +997,6 @@ def test_the_campaign_counts_each_machines_runs_for_itself(tmp_path):
     """Another session's host (another boot) is another target: the runs another machine
     made of a cell do not count as this machine's repeats, so ``--repeats 2`` runs that
     cell here until this machine has measured it twice."""
-
     campaign = _campaign_module()
     rid = "transfer/mlp/b0/2c/stock"
     store = ResultsStore(tmp_path / "campaign.sqlite")
@@ -997,24 +1019,10 @@ def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, m
     """``--repeats 2`` on a machine that measured nothing runs every configuration of every
     cell twice, the first round of each cell before the second of any; run again, it runs
     nothing; ``--repeats 3`` then runs one round more.  (It ran one round an invocation.)"""
-    import csv
     import sys
 
     campaign = _campaign_module()
-    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
-        raw = next(r["raw"] for r in csv.DictReader(f)
-                   if r["run_id"] == "transfer/mlp/b0/2c/stock")
-    ran = []
-
-    def run_one(family, variant, target, config, steps, seconds=None):
-        ran.append((family, target, config))
-        rec = json.loads(raw)
-        rec["host"]["boot_id"] = campaign.boot_id()
-        rec["metrics"]["s_per_step"] = 0.01 * len(ran)  # (each run's own record)
-        return rec
-    monkeypatch.setattr(campaign, "run_one", run_one)
-    monkeypatch.setattr(campaign, "probe", lambda target: {
-        "gflops_fp32": 200.0, "gflops_bf16": 900.0, "bandwidth_gbs": 50.0})
+    ran = _fake_runs(campaign, monkeypatch)
     store = tmp_path / "campaign.sqlite"
 
     def main(repeats):
@@ -1040,20 +1048,11 @@ def test_a_campaign_run_measured_beside_other_work_is_not_recorded_but_run_again
     """A run during which more than ``--max-busy`` of the machine went to something else is
     not stored; the campaign waits for the machine to be quiet and goes on, and measures
     that configuration again when run again.  A machine that stays busy stops it."""
-    import csv
     import sys
 
     campaign = _campaign_module()
-    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
-        raw = next(r["raw"] for r in csv.DictReader(f)
-                   if r["run_id"] == "transfer/mlp/b0/2c/stock")
-    ran, shares, waits = [], [], []
-
-    def run_one(family, variant, target, config, steps, seconds=None):
-        ran.append(config)
-        rec = json.loads(raw)
-        rec["host"]["boot_id"] = campaign.boot_id()
-        return rec
+    ran = _fake_runs(campaign, monkeypatch)
+    shares, waits = [], []
 
     class Disturbance:  # what /proc/stat would say of each run, in turn
         def __enter__(self):
@@ -1064,12 +1063,9 @@ def test_a_campaign_run_measured_beside_other_work_is_not_recorded_but_run_again
             pass
 
     quiet = []
-    monkeypatch.setattr(campaign, "run_one", run_one)
     monkeypatch.setattr(campaign, "Disturbance", Disturbance)
     monkeypatch.setattr(campaign, "wait_quiet",
                         lambda limit, deadline: waits.append(limit) or quiet.pop(0))
-    monkeypatch.setattr(campaign, "probe", lambda target: {
-        "gflops_fp32": 200.0, "gflops_bf16": 900.0, "bandwidth_gbs": 50.0})
     store = tmp_path / "campaign.sqlite"
 
     def main(*more):
@@ -1087,7 +1083,7 @@ def test_a_campaign_run_measured_beside_other_work_is_not_recorded_but_run_again
     shares[:], quiet[:] = [0.33, 0.02, None], [True, True]
     main()
     assert len(ran) == 3 and waits == [0.1, 0.1] and not quiet and not shares
-    assert sorted(measured()) == sorted(f"transfer/mlp/b0/2c/{c}" for c in ran[1:])
+    assert sorted(measured()) == sorted(f"transfer/mlp/b0/2c/{c}" for _, _, c in ran[1:])
     # run again: only the disturbed one, now measured
     shares[:], quiet[:] = [0.05], [True]
     main()

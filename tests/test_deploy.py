@@ -323,6 +323,13 @@ def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
     assert (job["compiler"], job["allocator"], job["precision"], job["threads"]) == (
         chosen.compiler or "off", chosen.allocator, chosen.precision, chosen.threads)
     assert found.group(1).startswith(chosen.label())
+    # the front-end holds the runs that were submitted, the trials' and the job's, each with
+    # its job's record; not the plan the search replaced (staged, it was never submitted)
+    ran = {p["run_name"] for p in plans if p["decided_by"] == "autotune"}
+    assert len(ran) == trials + 1
+    on_frontend = {d.name for d in deploy.work.iterdir() if d.is_dir()}
+    assert on_frontend == ran, on_frontend ^ ran
+    assert all((deploy.work / d / ".modak-job.json").is_file() for d in on_frontend)
     again = deploy("autotune.yml", **settings)
     _ok(again)
     assert deploy.store.count() == len(rows)
@@ -475,6 +482,10 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
         state["trials"]
     tried = [p for p in plans if "MODAK_MAX_STEPS" in p["environment"]]
     assert len(tried) == len(trials)
+    # only what was submitted went to the front-end: not the first plan, which the search
+    # replaced (unless it is the search's choice)
+    assert {d.name for d in (tmp_path / "runs").iterdir()} == {
+        p["run_name"] for p in tried + [final]}
     stock_caps = []
     for p in tried:
         cap = p["environment"].get("MODAK_MAX_SECONDS")

@@ -107,8 +107,8 @@ def test_the_installed_cli_plans_from_its_own_data_outside_the_checkout(installe
     proc = installed("modak", "init", "project")
     assert proc.returncode == 0, proc.stderr
     proj = installed.work / "project"
-    # this host's figures first, as a user of a new machine does: on a CPU the shipped data
-    # never measured (an AMD Zen 2), the model has no GFLOP/s or bandwidth without them
+    # this host's figures first, as a user of a new machine does: the model needs this
+    # host's own GFLOP/s and bandwidth (a probe), even for a CPU kind the shipped data has
     proc = installed("modak", "probe", "--infra", "infra-local.yaml", "--seconds", "2",
                      cwd=proj)
     assert proc.returncode == 0 and "GFLOP/s" in proc.stdout, proc.stderr

@@ -233,15 +233,25 @@ def test_a_job_over_its_wall_time_ends_timeout(deploy):
 
 def test_a_cancelled_job_ends_cancelled(deploy):
     inputs = {"job_name": "mnist-cancel", "steps": "100000"}
+    # cancelling a request never deployed cancels nothing and writes nothing on the front-end
+    never = deploy("cancel.yml", inputs=inputs)
+    _ok(never)
+    assert "job (never submitted) is not submitted" in never.stdout, never.stdout[-3000:]
+    assert not deploy.work.exists()
     # a wait that runs out says the job goes on and how to wait again, and submits nothing
     started = deploy(inputs=inputs, modak_job_timeout=8)
     assert started.returncode != 0
     assert re.search(r"job \d+ is still (RUNNING|PENDING) after waiting 8 s; it keeps running: "
                      r"run the same command again", started.stdout), started.stdout[-3000:]
+    # its record lost (as when the front-end's disk filled at the submission), the run's
+    # job is still found by its run id, cancelled, and then adopted by the deploy below
+    (record,) = deploy.work.glob("*/.modak-job.json")
+    submitted = json.loads(record.read_text())["job_id"]
+    record.unlink()
     cancel = deploy("cancel.yml", inputs=inputs)
     _ok(cancel)
     m = re.search(r"job (\d+) is CANCELLED", cancel.stdout)
-    assert m, cancel.stdout[-3000:]
+    assert m and m.group(1) == submitted, cancel.stdout[-3000:]
     assert _containers_left(m.group(1)) == []
     proc = deploy(inputs=inputs)
     assert proc.returncode != 0

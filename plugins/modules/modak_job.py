@@ -29,6 +29,10 @@ description:
   - Final states are C(COMPLETED), C(FAILED), C(CANCELLED), C(TIMEOUT), C(NODE_FAIL),
     C(OUT_OF_MEMORY), C(PREEMPTED), C(BOOT_FAIL) and C(DEADLINE), each with the exit code
     where the scheduler reports one.
+  - V(status) and V(cancelled) need neither the job script nor the run's record. A run
+    never copied to the front-end is reported not submitted, and nothing is written there.
+    A run whose record was lost is found by its run id, where the scheduler can list jobs
+    by it (Slurm, LSF); its record is then written again.
   - Uses only the Python standard library, so that it runs with a front-end's own Python.
 options:
   workdir:
@@ -250,12 +254,17 @@ def main():
     result = dict(changed=False, submitted=False,
                   stdout_path=os.path.join(workdir, p["stdout"]),
                   stderr_path=os.path.join(workdir, p["stderr"]) if p["stderr"] else None)
-    if not os.path.isfile(script):
+    asks = p["state"] in ("status", "cancelled")  # (submits nothing)
+    if not os.path.isfile(script) and not asks:
         module.fail_json(msg="job script %s does not exist" % script, **result)
     try:
         sched = get_scheduler(p["control"])
     except JobError as exc:
         module.fail_json(msg="scheduler %s: %s" % (p["scheduler"], exc), **result)
+    if not os.path.isfile(script):
+        # a run never staged here (cancelling a request that was never deployed): nothing
+        # is written on the front-end, and a job of the run is found by its run id
+        status_of(module, p, sched, None, result, digest=None)
     digest = sha256(script)
     # one submitter per run at a time: the check, the submission and the record are one step
     # (two deploys of the same run at the same moment submit once)
@@ -315,6 +324,31 @@ def main():
                     "written in %s (%s): free the space, then run the same command again - it "
                     "finds the job by its run id and does not submit it twice"
                     % (job_id, p["run_id"], workdir, exc), job_id=job_id, **result)
+    except JobError as exc:
+        module.fail_json(msg=str(exc), **result)
+    status_of(module, p, sched, record, result, digest, status)
+
+
+def status_of(module, p, sched, record, result, digest, status=None):
+    """Report (and with O(state=cancelled), cancel) the job of ``record``; without a record
+    (its run never submitted, or its record lost), the job the scheduler knows by the run
+    id, if any, whose record is then written again where the run's job script is (its
+    ``digest``: None where there is none), so that a deploy after the cancel finds it ended
+    and does not submit the run again.  Exits the module."""
+    workdir = p["workdir"]
+    try:
+        if record is None and p["state"] in ("status", "cancelled") and hasattr(sched, "find"):
+            job_id = sched.find(p["run_id"])
+            if job_id is not None:
+                record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
+                          "scheduler": p["scheduler"]}
+                if digest is not None and not module.check_mode:
+                    try:
+                        save_record(workdir, record)
+                    except (IOError, OSError) as exc:
+                        module.warn("job %s of run %s was found, but its record could not "
+                                    "be written in %s (%s)" % (job_id, p["run_id"], workdir,
+                                                               exc))
         if record is None:
             module.exit_json(msg="run %s was not submitted" % p["run_id"], **result)
         job_id = record["job_id"]

@@ -227,6 +227,7 @@ def save_record(workdir, record):
 
 
 MAX_LOST = 2  # resubmissions of a run whose jobs completed without any output
+ASKING = ("status", "cancelled")  # the states that submit nothing
 
 
 def main():
@@ -254,14 +255,14 @@ def main():
     result = dict(changed=False, submitted=False,
                   stdout_path=os.path.join(workdir, p["stdout"]),
                   stderr_path=os.path.join(workdir, p["stderr"]) if p["stderr"] else None)
-    asks = p["state"] in ("status", "cancelled")  # (submits nothing)
-    if not os.path.isfile(script) and not asks:
+    staged = os.path.isfile(script)
+    if not staged and p["state"] not in ASKING:
         module.fail_json(msg="job script %s does not exist" % script, **result)
     try:
         sched = get_scheduler(p["control"])
     except JobError as exc:
         module.fail_json(msg="scheduler %s: %s" % (p["scheduler"], exc), **result)
-    if not os.path.isfile(script):
+    if not staged:
         # a run never staged here (cancelling a request that was never deployed): nothing
         # is written on the front-end, and a job of the run is found by its run id
         status_of(module, p, sched, None, result, digest=None)
@@ -337,7 +338,7 @@ def status_of(module, p, sched, record, result, digest, status=None):
     and does not submit the run again.  Exits the module."""
     workdir = p["workdir"]
     try:
-        if record is None and p["state"] in ("status", "cancelled") and hasattr(sched, "find"):
+        if record is None and p["state"] in ASKING and hasattr(sched, "find"):
             job_id = sched.find(p["run_id"])
             if job_id is not None:
                 record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,

@@ -205,6 +205,15 @@ def test_init_writes_a_starting_point_that_plans_and_never_overwrites(tmp_path, 
     code, out, _ = _main(capsys, "--quiet", "plan", str(job / "blueprint.yaml"), "--infra",
                          str(job / "infra-local.yaml"), "--model", "none")
     assert code == 0 and out.strip().endswith("(decided by prior)") and len(out.splitlines()) == 1
+    # what the model cannot settle (here: no model at all) the deploy settles by trials
+    # first: the starting blueprint enables autotuning, stock among the candidates
+    code, out, _ = _main(capsys, "plan", str(job / "blueprint.yaml"), "--infra",
+                         str(job / "infra-local.yaml"), "--model", "none", "--json")
+    plan = json.loads(out)
+    assert code == 0 and plan["search"] is True and len(plan["autotune"]) >= 2
+    cores = max(c["threads"] for c in plan["autotune"])
+    assert [(c["compiler"], c["allocator"], c["precision"], c["threads"]) for c in
+            plan["autotune"]].count((None, "glibc", "fp32", cores)) == 1  # stock
     code, out, _ = _main(capsys, "init", "--json", "--force", str(job))
     assert code == 0 and len(json.loads(out)["written"]) == 5
 

@@ -211,9 +211,14 @@ def test_init_writes_a_starting_point_that_plans_and_never_overwrites(tmp_path, 
                          str(job / "infra-local.yaml"), "--model", "none", "--json")
     plan = json.loads(out)
     assert code == 0 and plan["search"] is True and len(plan["autotune"]) >= 2
-    cores = max(c["threads"] for c in plan["autotune"])
-    assert [(c["compiler"], c["allocator"], c["precision"], c["threads"]) for c in
-            plan["autotune"]].count((None, "glibc", "fp32", cores)) == 1  # stock
+    from modak_lib.models import Configuration
+    from modak_lib.planner import stock_configuration
+    offered = [Configuration(**c["configuration"]) for c in plan["candidates"]]
+    stock = stock_configuration(offered, {c["configuration"]["image"]: c["score"]
+                                          for c in plan["candidates"]},
+                                max(c.threads for c in offered))
+    assert stock is not None
+    assert [Configuration(**c) for c in plan["autotune"]].count(stock) == 1
     code, out, _ = _main(capsys, "init", "--json", "--force", str(job))
     assert code == 0 and len(json.loads(out)["written"]) == 5
 

@@ -23,10 +23,11 @@ ran here, else by the first machine's in the data):
    configuration of the campaign's grid for that cell, each for ``--steps`` steps through the
    runtime, with the job time (warm-up + job steps x s/step) and the final loss.
 
-It prints, per family, each trial (its round, steps, seconds and step time) and the
-verdicts, then one table: the family, what was chosen, the trial cost, the three job
-times, and how much of the machine went to other work during its runs (the campaign's
-``Disturbance``: a figure measured beside other work is not of its configuration alone).
+It prints, per family, each trial (its round, steps, seconds and step time), the
+verdicts and each side-by-side run (step time, warm-up), then one table: the family, what
+was chosen, the trial cost, the three job times, and how much of the machine went to
+other work during its runs (the campaign's ``Disturbance``: a figure measured beside other
+work is not of its configuration alone).
 """
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
                  float(m.get("warmup_s") or 0.0), float(m.get("wall_s") or 0.0),
                  m.get("final_loss"), failed,
                  capped=time_capped(failed, rec.get("error")),
-                 startup_s=float(m.get("startup_s") or 0.0), end_loss=m.get("end_loss"))
+                 startup_s=float(m.get("startup_s") or 0.0), end_loss=m.get("end_loss"),
+                 start_loss=m.get("start_loss"))
 
 
 def main() -> int:
@@ -141,10 +143,14 @@ def main() -> int:
         distinct = list(dict.fromkeys(compare.values()))
         times: dict[Configuration, list[float]] = {c: [] for c in distinct}
         losses: dict[Configuration, list[float]] = {c: [] for c in distinct}
-        for _ in range(a.repeats):
+        runs: list[str] = []
+        for r in range(a.repeats):
             for c in distinct:
                 t = trial(family, a.target, c, a.steps, cores)
                 times[c].append(job_seconds(t, a.job_steps))
+                runs.append(f"   compared, repeat {r + 1}: {label_of(c, cores)}, " + (
+                    f"{t.s_per_step:.4g} s/step, warm-up {t.warmup_s:.1f} s"
+                    if t.s_per_step else f"failed: {t.failed}"))
                 if t.final_loss is not None:
                     losses[c].append(t.final_loss)
         med = {k: statistics.median(times[c]) for k, c in compare.items()}
@@ -165,6 +171,7 @@ def main() -> int:
                                            else f"failed: {t.failed}"), flush=True)
         for name, why in out.verdicts.items():  # (keyed by Configuration.label())
             print(f"   {name.split(' ', 1)[-1]}: {why}", flush=True)
+        print("\n".join(runs), flush=True)  # the side-by-side runs, in the order they ran
     print("\n".join(table_lines(rows, [
         "family (held out)", "model", "model's first", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
         "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss",

@@ -310,6 +310,9 @@ class Prediction(Strict):
     end_loss: Optional[float] = Field(None, description="measured: the median of its runs' "
                                       "mean losses over their second half (compared with "
                                       "stock's after the same steps)")
+    start_loss: Optional[float] = Field(None, description="measured: the median of its runs' "
+                                        "first sampled losses (how far stock's run lowered "
+                                        "its loss sets the scale of the comparison)")
     steps: Optional[int] = Field(None, description="measured: the steps its runs made")
     rounds: Optional[int] = Field(None, description="measured beside stock: the interleaved "
                                   "rounds the two ran side by side (its gain over them must "

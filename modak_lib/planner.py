@@ -272,7 +272,7 @@ def _reject_changed_results(configs: Sequence[Configuration],
     if base is None or not base.measured or base.loss is None:
         return predictions, []
     ref = Trial(stock, base.steps or 0, base.seconds, final_loss=base.loss,
-                end_loss=base.end_loss)
+                end_loss=base.end_loss, start_loss=base.start_loss)
     out, rejected = [], []
     for cfg, p in zip(configs, predictions):
         why = None

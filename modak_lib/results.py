@@ -33,6 +33,8 @@ SHIPPED_DATASETS = (SHIPPED, CAMPAIGN)
 
 # column -> SQLite type, in the CSV's order: declared once, with the record they come from
 COLUMNS: dict[str, str] = {name: sql for name, (sql, _) in record.STORE_COLUMNS.items()}
+# the columns a store or CSV older than them gets from each row's record (its losses)
+DERIVED = ("end_loss", "start_loss")
 _INT = {k for k, v in COLUMNS.items() if v.startswith("INTEGER")}
 _REAL = {k for k, v in COLUMNS.items() if v.startswith("REAL")}
 parse_fom_lines = record.parse_lines
@@ -173,10 +175,11 @@ class ResultsStore:
                     con.execute(f'ALTER TABLE measurements ADD COLUMN "{c}" {sql}{default}')
             if "status" in missing:
                 con.execute("UPDATE measurements SET status = 'ok' WHERE status IS NULL")
-            if "end_loss" in missing:  # (from each run's record, as the CSVs' are read)
-                con.executemany("UPDATE measurements SET end_loss = ? WHERE id = ?", [
-                    (v, i) for i, raw in con.execute("SELECT id, raw FROM measurements")
-                    if (v := _end_loss(raw)) is not None])
+            for c in DERIVED:  # (from each run's record, as the CSVs' are read)
+                if c in missing:
+                    con.executemany(f'UPDATE measurements SET "{c}" = ? WHERE id = ?', [
+                        (v, i) for i, raw in con.execute("SELECT id, raw FROM measurements")
+                        if (v := _from_losses(raw, c)) is not None])
             con.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             con.execute("ROLLBACK")
@@ -222,8 +225,9 @@ class ResultsStore:
             elif key in _REAL:
                 value = float(value)
             out[key] = value
-        if out["end_loss"] is None and out["raw"]:  # (a CSV written before the column was)
-            out["end_loss"] = _end_loss(out["raw"])
+        for c in DERIVED:  # (a CSV written before the column was)
+            if out[c] is None and out["raw"]:
+                out[c] = _from_losses(out["raw"], c)
         return out
 
     def raws_of_run(self, run_id: str) -> set[str]:
@@ -289,8 +293,9 @@ def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
             frame = pd.read_csv(path)
         except (OSError, ValueError) as exc:
             raise StoreError(f"{path}: cannot read measurements ({exc})") from None
-        if "end_loss" not in frame and "raw" in frame:  # (written before the column was)
-            frame["end_loss"] = frame["raw"].map(_end_loss)
+        for c in DERIVED:  # (written before the column was)
+            if c not in frame and "raw" in frame:
+                frame[c] = frame["raw"].map(lambda raw, c=c: _from_losses(raw, c))
         frames.append(frame)
     if store is not None and store.path.exists():
         frames.append(pd.DataFrame(store.rows()).drop(columns=["id"]))
@@ -302,14 +307,18 @@ def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
     return df
 
 
-def _end_loss(raw: Any) -> Optional[float]:
-    """A stored record's ``end_loss`` (``record.end_loss``) from its losses: for rows
-    recorded before the store kept it."""
+def _from_losses(raw: Any, column: str) -> Optional[float]:
+    """A stored record's ``end_loss`` (``record.end_loss``) or ``start_loss``
+    (``record.start_loss``) from its losses: for rows recorded before the store kept it."""
     try:
         m = json.loads(raw).get("metrics") or {}
     except (TypeError, ValueError, AttributeError):
         return None
-    return record.end_loss(m.get("losses"), m.get("steps")) if isinstance(m, dict) else None
+    if not isinstance(m, dict):
+        return None
+    if column == "start_loss":
+        return record.start_loss(m.get("losses"))
+    return record.end_loss(m.get("losses"), m.get("steps"))
 
 
 def _same_file(a: str | Path, b: Path) -> bool:

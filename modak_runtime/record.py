@@ -14,6 +14,7 @@ raised or exited non-zero (``error`` says why, and which knob it is blamed on, i
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
@@ -84,6 +85,9 @@ class Metrics:
     # the mean of the losses sampled over the last half of the steps (:func:`end_loss`):
     # where the run's training had got to, less one batch's noise than ``final_loss``
     end_loss: Optional[float] = None
+    # the first loss sampled (:func:`start_loss`): with ``end_loss``, how far the run
+    # lowered its loss
+    start_loss: Optional[float] = None
     losses: list[list[float]] = field(default_factory=list)  # [step, loss], sampled
     accuracy: Optional[float] = None
 
@@ -158,7 +162,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "s_per_step": ("REAL", "metrics.s_per_step"), "steps_per_s": ("REAL", "metrics.steps_per_s"),
     "samples_per_s": ("REAL", "metrics.samples_per_s"), "compile_s": ("REAL", "metrics.warmup_s"),
     "peak_rss_mb": ("REAL", "metrics.peak_rss_mb"), "final_loss": ("REAL", "metrics.final_loss"),
-    "end_loss": ("REAL", "metrics.end_loss"),
+    "end_loss": ("REAL", "metrics.end_loss"), "start_loss": ("REAL", "metrics.start_loss"),
     "accuracy": ("REAL", "metrics.accuracy"), "raw": ("TEXT NOT NULL", None),
 }
 
@@ -177,6 +181,18 @@ def end_loss(losses: Any, steps: Any) -> Optional[float]:
     if not tail:
         return None
     return sum(tail) / len(tail)
+
+
+def start_loss(losses: Any) -> Optional[float]:
+    """The loss of the first step sampled (``[step, loss]`` pairs): where a run's training
+    started from.  With :func:`end_loss`, how far the run lowered its loss: a trial whose
+    loss went near 0 is judged against stock's by that, not by its last digits
+    (``modak_lib.perf.search.changes_result``).  None where no loss was sampled."""
+    try:
+        first = min(((float(s), float(v)) for s, v in losses or ()), default=None)
+    except (TypeError, ValueError):
+        return None
+    return first[1] if first is not None and math.isfinite(first[1]) else None
 
 
 def _get(rec: dict[str, Any], path: str) -> Any:
@@ -201,9 +217,11 @@ def flatten(rec: dict[str, Any]) -> dict[str, Any]:
     if rec.get("status") not in STATUSES:
         raise ValueError(f"status {rec.get('status')!r} is not one of {STATUSES}")
     row = {name: _get(rec, spec[1]) for name, spec in STORE_COLUMNS.items() if spec[1]}
+    m = rec.get("metrics") or {}
     if row["end_loss"] is None:  # (a record of a runtime before it: from its losses)
-        m = rec.get("metrics") or {}
         row["end_loss"] = end_loss(m.get("losses"), m.get("steps"))
+    if row["start_loss"] is None:  # (likewise)
+        row["start_loss"] = start_loss(m.get("losses"))
     return row
 
 

@@ -14,7 +14,7 @@ import traceback
 from typing import Any, Callable, Optional
 
 from .hooks import when_imported
-from .record import Config, Fingerprint, Metrics, Record, end_loss
+from .record import Config, Fingerprint, Metrics, Record, end_loss, start_loss
 
 MAX_LOSS_POINTS = 200   # the loss trajectory is thinned to at most this many points
 RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile",
@@ -458,7 +458,8 @@ class Session:
         m = Metrics(steps=len(ends), wall_s=time.perf_counter() - self.t_start,
                     peak_rss_mb=max(_peak_rss_mb(), self.rank_peak_rss_mb or 0.0),
                     final_loss=self.last_loss, losses=self.losses, accuracy=self.accuracy,
-                    end_loss=end_loss(self.losses, len(ends)))
+                    end_loss=end_loss(self.losses, len(ends)),
+                    start_loss=start_loss(self.losses))
         if self.t_train is not None:
             m.startup_s = self.t_train - self.t_start
         if len(ends) < 2 or (self.stopped_by == "time" and self.config.compiler != "off"

@@ -800,19 +800,27 @@ def test_the_evaluation_settles_what_the_model_ranks_with_recorded_trials():
                       cfg(compiler="torch.compile:default", predicted=0.6),
                       cfg(allocator="tcmalloc", predicted=0.7)])
     g["stock"] = m.stock_mask(g)
-    runs = {"off/glibc/fp32": [(1.0, 2.0, 2.1), (1.0, 2.0, 2.1)],
-            "off/glibc/bf16": [(1.2, 2.0, 2.1), (1.3, 2.0, 2.1)],
-            "torch.compile:default/glibc/fp32": [(0.3, 9.0, 9.5), (0.3, 9.0, 9.5)],
-            "off/tcmalloc/fp32": [(0.8, 2.0, 2.1), (0.85, 2.0, 2.1)]}
+    def run(s, final, end, start=None):  # (as trial_runs gives a recorded run)
+        return s, {"final_loss": final, "end_loss": end, "start_loss": start}
+    runs = {"off/glibc/fp32": [run(1.0, 2.0, 2.1), run(1.0, 2.0, 2.1)],
+            "off/glibc/bf16": [run(1.2, 2.0, 2.1), run(1.3, 2.0, 2.1)],
+            "torch.compile:default/glibc/fp32": [run(0.3, 9.0, 9.5), run(0.3, 9.0, 9.5)],
+            "off/tcmalloc/fp32": [run(0.8, 2.0, 2.1), run(0.85, 2.0, 2.1)]}
     assert ev.label(g.loc[g["lowo"].idxmin()]) == "bf16"
     assert ev.label(ev.searched(g, "lowo", runs)) == "tcmalloc"
     # everything measured slower than stock: stock stays
-    slow = {k: [(1.5, 2.0, 2.1)] if k != "off/glibc/fp32" else v for k, v in runs.items()}
+    slow = {k: [run(1.5, 2.0, 2.1)] if k != "off/glibc/fp32" else v for k, v in runs.items()}
     assert ev.label(ev.searched(g, "lowo", slow)) == "stock"
     # the losses compared are the trials' second halves' where recorded: tcmalloc's last
     # loss the same as stock's, its mean over the second half far worse
-    spike = {**runs, "off/tcmalloc/fp32": [(0.8, 2.0, 3.0), (0.85, 2.0, 3.0)]}
+    spike = {**runs, "off/tcmalloc/fp32": [run(0.8, 2.0, 3.0), run(0.85, 2.0, 3.0)]}
     assert ev.label(ev.searched(g, "lowo", spike)) == "stock"
+    # a loss taken near 0: tcmalloc's 8% above stock's is judged by how far stock's runs
+    # lowered it (from their first loss, where recorded)
+    for start, chosen in ((None, "stock"), (4.6, "tcmalloc")):
+        near = {**runs, "off/glibc/fp32": [run(1.0, 0.001, 0.001031, start)] * 2,
+                "off/tcmalloc/fp32": [run(0.8, 0.001, 0.001114, start)] * 2}
+        assert ev.label(ev.searched(g, "lowo", near)) == chosen
 
 
 def test_the_evaluation_chooses_as_the_planner_does():

@@ -1065,25 +1065,30 @@ def test_a_trials_seed_reaches_keras_and_the_ranks_a_script_spawns(name, seeding
 
 def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_path):
     """``end_loss``: the mean of the losses sampled after the first half of the steps
-    (thinned samples too).  A record of a runtime before it, a store written before the
-    column and a CSV without it get it from the record's losses."""
+    (thinned samples too); ``start_loss``: the first one sampled.  A record of a runtime
+    before them, a store written before the columns and a CSV without them get them from
+    the record's losses."""
     import sqlite3
-    from modak_runtime.record import Metrics, end_loss
+    from modak_runtime.record import Metrics, end_loss, start_loss
     assert end_loss([[1, 9.0], [2, 5.0], [3, 4.0], [4, 2.0]], 4) == 3.0
     assert end_loss([[2, 9.0], [4, 5.0], [6, 4.0], [8, 2.0]], 9) == 3.0  # every other step
     assert end_loss([[1, 9.0]], 10) is None and end_loss([], 4) is None
     assert end_loss([[1, "x"]], 2) is None and end_loss(None, None) is None
+    assert start_loss([[4, 2.0], [2, 9.0], [3, 4.0]]) == 9.0  # the lowest step's
+    assert start_loss([]) is None and start_loss(None) is None
+    assert start_loss([[1, "x"]]) is None and start_loss([[1, float("nan")]]) is None
 
-    def old_record(losses, steps):  # as a runtime before end_loss printed it
+    def old_record(losses, steps):  # as a runtime before end_loss and start_loss printed them
         rec = json.loads(Record(workload="w", framework="pytorch", metrics=Metrics(
             steps=steps, s_per_step=0.1, final_loss=losses[-1][1], losses=losses)).to_json())
-        del rec["metrics"]["end_loss"]
+        del rec["metrics"]["end_loss"], rec["metrics"]["start_loss"]
         return rec
     first = old_record([[1, 4.0], [2, 3.0], [3, 2.0], [4, 1.0]], 4)
-    assert flatten(first)["end_loss"] == 1.5
-    # a store of the MODAK before the column
+    assert flatten(first)["end_loss"] == 1.5 and flatten(first)["start_loss"] == 4.0
+    # a store of the MODAK before the columns
     path = tmp_path / "before.sqlite"
-    cols = [c for c in STORE_COLUMNS if c != "end_loss"]
+    derived = ("end_loss", "start_loss")
+    cols = [c for c in STORE_COLUMNS if c not in derived]
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE measurements (id INTEGER PRIMARY KEY, " + ", ".join(
         f'"{c}" {STORE_COLUMNS[c][0]}' for c in cols) + ")")
@@ -1094,21 +1099,22 @@ def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_
     con.close()
     store = ResultsStore(path)
     (kept,) = store.rows()
-    assert kept["end_loss"] == 1.5 and kept["final_loss"] == 1.0
+    assert kept["end_loss"] == 1.5 and kept["start_loss"] == 4.0 and kept["final_loss"] == 1.0
     # a CSV of the time, loaded and imported
     csv_path = tmp_path / "before.csv"
     store.export_csv(csv_path)
     text = csv_path.read_text().splitlines()
-    at = text[0].split(",").index("end_loss")
     import csv as csvmod
     rows = list(csvmod.reader(text))
+    keep = [i for i, c in enumerate(rows[0]) if c not in derived]
     with open(csv_path, "w", newline="") as f:
-        csvmod.writer(f).writerows([r[:at] + r[at + 1:] for r in rows])
-    assert "end_loss" not in csv_path.read_text().splitlines()[0]
+        csvmod.writer(f).writerows([[r[i] for i in keep] for r in rows])
+    assert not set(derived) & set(csv_path.read_text().splitlines()[0].split(","))
     other = ResultsStore(tmp_path / "imported.sqlite")
-    assert other.import_csv(csv_path) == 1 and other.rows()[0]["end_loss"] == 1.5
+    assert other.import_csv(csv_path) == 1
+    assert (other.rows()[0]["end_loss"], other.rows()[0]["start_loss"]) == (1.5, 4.0)
     frame = load_frame(None, include_shipped=False, extra=[csv_path])
-    assert frame["end_loss"].tolist() == [1.5]
+    assert frame["end_loss"].tolist() == [1.5] and frame["start_loss"].tolist() == [4.0]
 
 
 def test_application_files_of_orchestrator_nodes_come_from_the_named_directory(tmp_path):

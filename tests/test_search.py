@@ -710,10 +710,44 @@ def test_the_losses_compared_are_the_trials_second_halves_where_both_have_them()
                           0.05)
 
 
+def test_a_loss_that_training_took_near_zero_is_compared_by_how_far_it_fell():
+    """The tolerance is of stock's loss or, where larger, of how far stock's trial lowered
+    it from its first sampled loss: a script that memorises its batches (ResNet-18's bf16
+    at 0.001114 against stock's 0.001031, from about 4.6) keeps the result, one that
+    trained half as far does not; where the loss barely fell, stock's loss is the scale."""
+    stock = Trial(STOCK, 32, 0.1, final_loss=0.00101, end_loss=0.001031, start_loss=4.6)
+    assert changes_result(Trial(BF16, 32, 0.1, final_loss=0.0011, end_loss=0.001114), stock,
+                          0.05) is None
+    # without stock's first loss (a record without losses): relative to its loss, as before
+    bare = replace(stock, start_loss=None)
+    why = changes_result(Trial(BF16, 32, 0.1, end_loss=0.001114), bare, 0.05)
+    assert why and "worse by 8% of stock's" in why
+    # the ResNet-50 case: bf16 trained to 3.48 where stock reached 0.0021 from 4.8
+    why = changes_result(Trial(BF16, 16, 0.1, end_loss=3.48),
+                         replace(stock, end_loss=0.0021, start_loss=4.8), 0.05)
+    assert why and "of the 4.798 stock's trial lowered its loss by (from 4.8)" in why
+    # 5% of the fall short of stock's: on the line either side
+    fell = 4.6 - 0.001031
+    assert changes_result(Trial(BF16, 32, 0.1, end_loss=0.001031 + 0.049 * fell), stock,
+                          0.05) is None
+    assert changes_result(Trial(BF16, 32, 0.1, end_loss=0.001031 + 0.051 * fell), stock, 0.05)
+    # a loss that fell less than where it stands: stock's loss is the scale (the
+    # transformer LM's bf16 eager, 13.28 against 8.39 after starting at 8.5)
+    lm = Trial(STOCK, 8, 0.1, end_loss=8.39, start_loss=8.5)
+    why = changes_result(Trial(BF16, 8, 0.1, end_loss=8.9), lm, 0.05)
+    assert why and "worse by 6% of stock's" in why
+    assert changes_result(Trial(BF16, 8, 0.1, end_loss=8.7), lm, 0.05) is None
+    # a first loss that is not finite, or below the last (a loss that rose), changes nothing
+    for start in (math.nan, 0.0005):
+        why = changes_result(Trial(BF16, 32, 0.1, end_loss=0.001114),
+                             replace(stock, start_loss=start), 0.05)
+        assert why and "of stock's" in why
+
+
 def test_one_real_short_search_through_the_runtime():
     """Trials of a real script (the MLP family) run through the runtime here."""
     pytest.importorskip("torch")
-    from modak_runtime.record import parse_lines
+    from modak_runtime.record import parse_lines, start_loss
 
     def run(config, steps, cap):
         env = {k: v for k, v in os.environ.items() if not k.startswith("MODAK_")}
@@ -730,8 +764,10 @@ def test_one_real_short_search_through_the_runtime():
         # the runtime averages the losses it sampled over the trial's second half
         assert m["end_loss"] == pytest.approx(statistics.mean(
             v for s, v in m["losses"] if s > m["steps"] / 2))
+        assert m["start_loss"] == start_loss(m["losses"]) == m["losses"][0][1]
         return Trial(config, steps, m["s_per_step"], m.get("warmup_s") or 0.0,
-                     m.get("wall_s") or 0.0, m.get("final_loss"), end_loss=m["end_loss"])
+                     m.get("wall_s") or 0.0, m.get("final_loss"), end_loss=m["end_loss"],
+                     start_loss=m["start_loss"])
 
     out = search([BF16, ONE], STOCK, run, job_steps=2000, budget_s=60, first_steps=6)
     stock = [t for t in out.trials if t.configuration == STOCK]
@@ -739,13 +775,14 @@ def test_one_real_short_search_through_the_runtime():
     chosen = [t for t in out.trials if t.configuration == out.chosen][-1]
     assert job_seconds(chosen, 2000) <= job_seconds(stock[-1], 2000)
     assert changes_result(chosen, stock[-1], 0.05) is None
+    assert all(t.start_loss is not None and math.isfinite(t.start_loss) for t in stock)
 
 
 # ---------------------------------------------------------------------------
 # the planner applies the same rules to what trials measured
 class Measured:
     """A predictor that answers with measured trials: configuration key -> (s/step, warm-up
-    s, loss after 30 steps)."""
+    s, loss after 30 steps[, the first loss sampled])."""
     notes: list = []
 
     def __init__(self, table, measured=True):
@@ -765,10 +802,11 @@ class Measured:
             if key not in self.table:
                 out.append(None)
                 continue
-            s, warm, loss = self.table[key]
+            s, warm, loss, *start = self.table[key]
             if self.measured:
                 out.append(Prediction(seconds=s, low=s, high=s, source="measured",
-                                      measured=True, warmup_s=warm, loss=loss, steps=30))
+                                      measured=True, warmup_s=warm, loss=loss, steps=30,
+                                      start_loss=start[0] if start else None))
             else:  # the model's estimate: a time, and nothing of the loss
                 out.append(Prediction(seconds=s, low=s, high=s, source="model",
                                       warmup_s=warm))
@@ -798,6 +836,25 @@ def test_the_planner_rejects_a_measured_candidate_that_changed_the_loss():
     assert all(not (c.configuration.compiler is None and c.configuration.precision.value ==
                     "bf16" and c.configuration.allocator.value == "glibc"
                     and c.configuration.threads == 2) for c in d.candidates)
+
+
+def test_the_planner_judges_a_loss_near_zero_by_how_far_stocks_run_lowered_it():
+    """As the search does (``changes_result``): stock's and bf16's runs both took the loss
+    from 4.6 to about 0.001, bf16's 8% above stock's: bf16 keeps the result and, fastest,
+    is chosen; without stock's first loss (runs stored without their losses) the 8% is
+    judged against stock's loss, and bf16 is not offered."""
+    from modak_lib.planner import decide
+    near_zero = {(None, "fp32", "glibc", 2): (0.050, 0.0, 0.001031, 4.6),
+                 (None, "bf16", "glibc", 2): (0.038, 0.0, 0.001114, 4.6),
+                 (None, "fp32", "tcmalloc", 2): (0.048, 0.0, 0.001031, 4.6)}
+    d = decide(lm_request(steps=1000), Measured(near_zero))
+    assert d.chosen.precision.value == "bf16", d.notes
+    assert not any("changes the result" in n for n in d.notes)
+    bare = {k: v[:3] for k, v in near_zero.items()}
+    d = decide(lm_request(steps=1000), Measured(bare))
+    assert d.chosen.precision.value == "fp32" and d.chosen.allocator.value == "tcmalloc"
+    assert any(n.startswith("not offered:") and "prec=bf16" in n and "worse by 8% of stock's"
+               in n for n in d.notes), d.notes
 
 
 def test_the_planner_amortises_compile_time_over_the_jobs_steps():

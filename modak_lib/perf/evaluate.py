@@ -328,20 +328,26 @@ class _Candidate:
         return self.name
 
 
-def trial_runs(df) -> dict[str, list[tuple[float, Any, Any]]]:
-    """Per measured configuration, its runs in the order they ran: (s/step, final loss,
-    mean loss over the run's second half)."""
+# a run's losses, as :class:`.search.Trial` names them
+LOSSES = ("final_loss", "end_loss", "start_loss")
+
+
+def trial_runs(df) -> dict[str, list[tuple[float, dict[str, Any]]]]:
+    """Per measured configuration, its runs in the order they ran: (s/step, its losses:
+    the last, the mean over the run's second half, the first sampled; None where not
+    recorded)."""
     import pandas as pd
 
     d = df.assign(_t=recorded_times(df) if "recorded_at" in df else 0)
-    for col in ("final_loss", "end_loss"):
+    for col in LOSSES:
         loss = d[col] if col in d else pd.Series(None, index=d.index)
         d = d.assign(**{"_" + col: pd.to_numeric(loss, errors="coerce")})
     d = d.sort_values("_t", kind="stable")
-    out: dict[str, list[tuple[float, Any, Any]]] = {}
+    out: dict[str, list[tuple[float, dict[str, Any]]]] = {}
     for key, g in d.groupby("configuration"):
-        out[key] = [(float(s), None if v != v else float(v), None if e != e else float(e))
-                    for s, v, e in zip(g["s_per_step"], g["_final_loss"], g["_end_loss"])]
+        out[key] = [(float(r["s_per_step"]), {c: None if r["_" + c] != r["_" + c]
+                                              else float(r["_" + c]) for c in LOSSES})
+                    for _, r in g.iterrows()]
     return out
 
 
@@ -366,10 +372,9 @@ def searched(g, how: str, runs: dict):
         trials = []
         for c in step[0]:
             measured = runs.get(rows[c.name]["configuration"]) or []
-            s, loss, end = (measured[(h.out.rounds) % len(measured)] if measured
-                            else (None, None, None))
-            trials.append(Trial(c, steps=step[1], s_per_step=s, final_loss=loss,
-                                end_loss=end, failed=None if measured else "not measured"))
+            s, losses = measured[h.out.rounds % len(measured)] if measured else (None, {})
+            trials.append(Trial(c, steps=step[1], s_per_step=s, **losses,
+                                failed=None if measured else "not measured"))
         h.record(trials)
     return rows[h.outcome().chosen.name]
 

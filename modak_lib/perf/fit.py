@@ -838,7 +838,8 @@ def measured_groups(df) -> list[dict[str, Any]]:
             if len(diffs):
                 rec.update(vs_stock=float(np.median(diffs)), rounds=len(diffs))
         for col, name in (("compile_s", "warmup_s"), ("final_loss", "loss"),
-                          ("end_loss", "end_loss"), ("steps", "steps")):
+                          ("end_loss", "end_loss"), ("start_loss", "start_loss"),
+                          ("steps", "steps")):
             v = g[col].astype(float).median() if col in g else float("nan")
             rec[name] = None if v != v else (int(v) if name == "steps" else float(v))
         out.append(rec)

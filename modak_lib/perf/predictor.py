@@ -341,6 +341,7 @@ class FastPredictor:
                                       high=max(m["max"], seconds), source=how,
                                       measured=True, warmup_s=m.get("warmup_s"),
                                       loss=m.get("loss"), end_loss=m.get("end_loss"),
+                                      start_loss=m.get("start_loss"),
                                       steps=m.get("steps"),
                                       rounds=m["rounds"] if stock is not None else None))
             elif lacking:

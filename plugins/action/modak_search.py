@@ -178,7 +178,7 @@ class ActionModule(ActionBase):
                      capped=time_capped(failed, rec.get("error")),
                      startup_s=float(m.get("startup_s") or 0.0),
                      runtime_s=float(m.get("runtime_s") or 0.0), end_loss=m.get("end_loss"),
-                     refused=refused)
+                     start_loss=m.get("start_loss"), refused=refused)
 
 
 def _s(trial, halving, job_seconds):

@@ -20,7 +20,8 @@ description:
   - A candidate whose loss after its trial is worse than stock's beyond O(loss_tolerance)
     is rejected as changing the result (the losses the runtime sampled over the trial's
     second half, averaged, against stock's over the same steps; the last ones for a record
-    without them); compile time is weighed against the job's steps
+    without them; the tolerance a fraction of stock's loss or, where larger, of how far
+    stock's trial lowered it); compile time is weighed against the job's steps
     (O(job_steps)); the choice is never slower than the stock trial as measured, in any
     round the two ran side by side, and faster by at least O(min_gain) in each of them
     and, on average over them, by more than O(scatter) over the square root of their number
@@ -125,7 +126,8 @@ options:
     default: 3
   loss_tolerance:
     description: How much worse than stock's a trial's loss (its mean over the trial's
-      second half) may be, relative to stock's.
+      second half) may be, as a fraction of stock's loss or, where that is larger, of how
+      far stock's trial lowered its loss from the first one it sampled.
     type: float
     default: 0.05
   min_gain:

@@ -87,9 +87,9 @@ measured:
     - The last record's speed (steps_per_s, s_per_step, samples_per_s, warmup_s, steps,
       final_loss; end_loss, the mean of the losses sampled over the second half of its
       steps, which the search compares with stock's; start_loss, the first loss sampled
-      (how far stock's trial lowered its loss sets the scale of that comparison); startup_s, the runtime's clock until
-      training began; and runtime_s, the
-      runtime's clock until the run ended, the record's wall_s); null when it
+      (how far stock's trial lowered its loss sets the scale of that comparison);
+      startup_s, the runtime's clock until training began; and runtime_s, the runtime's
+      clock until the run ended, the record's wall_s); null when it
       measured no step time (a failed run, or a trial stopped at its time cap before it
       measured one, which is not stored).
   returned: always

@@ -34,7 +34,7 @@ SHIPPED_DATASETS = (SHIPPED, CAMPAIGN)
 # column -> SQLite type, in the CSV's order: declared once, with the record they come from
 COLUMNS: dict[str, str] = {name: sql for name, (sql, _) in record.STORE_COLUMNS.items()}
 # the columns a store or CSV older than them gets from each row's record (its losses)
-DERIVED = ("end_loss", "start_loss")
+DERIVED = record.LOSS_FIGURES
 _INT = {k for k, v in COLUMNS.items() if v.startswith("INTEGER")}
 _REAL = {k for k, v in COLUMNS.items() if v.startswith("REAL")}
 parse_fom_lines = record.parse_lines
@@ -314,11 +314,7 @@ def _from_losses(raw: Any, column: str) -> Optional[float]:
         m = json.loads(raw).get("metrics") or {}
     except (TypeError, ValueError, AttributeError):
         return None
-    if not isinstance(m, dict):
-        return None
-    if column == "start_loss":
-        return record.start_loss(m.get("losses"))
-    return record.end_loss(m.get("losses"), m.get("steps"))
+    return record.loss_figures(m)[column]
 
 
 def _same_file(a: str | Path, b: Path) -> bool:

@@ -195,6 +195,23 @@ def start_loss(losses: Any) -> Optional[float]:
     return first[1] if first is not None and math.isfinite(first[1]) else None
 
 
+# the loss figures a record's metrics carry that :func:`loss_figures` can derive from its
+# losses (a runtime before them printed none)
+LOSS_FIGURES = ("end_loss", "start_loss")
+
+
+def loss_figures(metrics: Any) -> dict[str, Optional[float]]:
+    """A record's ``end_loss`` and ``start_loss``: as its runtime printed them, else (a
+    runtime before them) from its sampled losses."""
+    m = metrics if isinstance(metrics, dict) else {}
+    out = {name: m.get(name) for name in LOSS_FIGURES}
+    if out["end_loss"] is None:
+        out["end_loss"] = end_loss(m.get("losses"), m.get("steps"))
+    if out["start_loss"] is None:
+        out["start_loss"] = start_loss(m.get("losses"))
+    return out
+
+
 def _get(rec: dict[str, Any], path: str) -> Any:
     value: Any = rec
     for part in path.split("."):
@@ -217,11 +234,7 @@ def flatten(rec: dict[str, Any]) -> dict[str, Any]:
     if rec.get("status") not in STATUSES:
         raise ValueError(f"status {rec.get('status')!r} is not one of {STATUSES}")
     row = {name: _get(rec, spec[1]) for name, spec in STORE_COLUMNS.items() if spec[1]}
-    m = rec.get("metrics") or {}
-    if row["end_loss"] is None:  # (a record of a runtime before it: from its losses)
-        row["end_loss"] = end_loss(m.get("losses"), m.get("steps"))
-    if row["start_loss"] is None:  # (likewise)
-        row["start_loss"] = start_loss(m.get("losses"))
+    row.update(loss_figures(rec.get("metrics")))
     return row
 
 

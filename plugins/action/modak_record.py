@@ -32,7 +32,7 @@ class ActionModule(ActionBase):
         try:
             from modak_lib.results import (ResultsStore, StoreError, kept, parse_fom_lines,
                                            row_from_fom)
-            from modak_runtime.record import end_loss, start_loss
+            from modak_runtime.record import loss_figures
         except ImportError as exc:
             raise AnsibleActionFail("modak_record needs the modak library on the controller: %s"
                                     % exc)
@@ -106,11 +106,8 @@ class ActionModule(ActionBase):
                                 "samples_per_s": m.get("samples_per_s"),
                                 "warmup_s": m.get("warmup_s"), "steps": m.get("steps"),
                                 "final_loss": m.get("final_loss"),
-                                # (an image's runtime before it: from its losses)
-                                "end_loss": m["end_loss"] if "end_loss" in m else
-                                end_loss(m.get("losses"), m.get("steps")),
-                                "start_loss": m["start_loss"] if "start_loss" in m else
-                                start_loss(m.get("losses")),
+                                # (an image's runtime before them: from its losses)
+                                **loss_figures(m),
                                 "startup_s": m.get("startup_s"),
                                 "runtime_s": m.get("wall_s")} if s_per_step else None,
                       predicted_s_per_step=pred.get("seconds"))

@@ -138,11 +138,14 @@ def render_job_script(*, directives: list[str], exports: dict[str, str], launch:
                       job_id_vars: tuple[str, ...] = (), submit_dir_vars: tuple[str, ...] = (),
                       app_digest: str = "", stop: str | None = None, probe: str = "") -> str:
     """``job_id_vars``/``submit_dir_vars``: the scheduler's variables naming the job and the
-    directory it was submitted from (the first set wins), where it has them; ``probe``: the
-    command that measures the target first (empty: its figures are known)."""
+    directory it was submitted from (the first set wins), where it has them: a job that has
+    them prints its id first (``{"modak": "job-start", ...}``, what the job control finds a
+    job by when its record was lost); ``probe``: the command that measures the target first
+    (empty: its figures are known)."""
     return render("jobs/job.sh.j2", directives=directives, exports=exports, launch=launch,
                   source=source, chosen=chosen, decided_by=decided_by, run_id=run_id,
                   job_id=_first_set(job_id_vars, "$$"),
+                  started_as=_first_set(job_id_vars, "") if job_id_vars else None,
                   submit_dir=_first_set(submit_dir_vars, "$PWD") if submit_dir_vars else None,
                   app_digest=app_digest, stop=stop, probe=probe)
 

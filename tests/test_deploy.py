@@ -803,6 +803,51 @@ def test_twenty_submitters_of_one_run_at_once_submit_one_job(frontend, tmp_path)
     assert '"submitted": false' in again.stdout
 
 
+@pytest.mark.parametrize("sched", ["slurm", "pbs", "local"])
+def test_a_run_whose_record_was_lost_after_its_job_ended_is_not_submitted_again(
+        frontend, tmp_path, sched):
+    """The record written at the submission lost (a full disk, a deleted file) after the
+    job ended: Slurm no longer lists the job by its run id, PBS lists none by it, a local
+    run has no scheduler. The run's real job script printed the job's id first, and the
+    work directory holds it (a local run's PID file): the job is adopted, its end read,
+    its output kept, and nothing submitted again."""
+    from modak_lib.render import render_job_script
+    from modak_lib.schedulers import SCHEDULERS
+
+    spec = SCHEDULERS[sched]
+    run_id = "r" + uuid.uuid4().hex[:11]
+    work = tmp_path / "run"
+    work.mkdir()
+    (work / "job.sh").write_text(render_job_script(
+        directives=[], exports={}, launch="echo trained", source="test", chosen="stock",
+        decided_by="test", run_id=run_id, job_id_vars=spec.job_id_vars,
+        submit_dir_vars=spec.submit_dir_vars))
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
+
+    def job():
+        proc = subprocess.run(
+            ["ansible", "localhost", "-c", "local", "-m", "modak.modak.modak_job", "-a",
+             f"workdir={work} script=job.sh scheduler={sched} run_id={run_id} "
+             "stdout=job.out state=ended poll=1 timeout=120"],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+        return json.loads(proc.stdout.split("=>", 1)[1])
+
+    first = job()
+    assert first["submitted"] and first["state"] == "COMPLETED", first
+    output = (work / "job.out").read_text()
+    assert "trained" in output
+    if sched == "slurm":  # (no longer listed by its run id: found by its output)
+        listed = subprocess.run(["squeue", "-h", "-o", "%k"], capture_output=True, text=True)
+        assert f"modak-run={run_id}" not in listed.stdout
+    (work / ".modak-job.json").unlink()
+    again = job()
+    assert again["job_id"] == first["job_id"] and not again["submitted"], again
+    assert again["state"] == "COMPLETED"
+    assert (work / "job.out").read_text() == output  # (the job did not run again)
+    assert json.loads((work / ".modak-job.json").read_text())["job_id"] == first["job_id"]
+
+
 def test_the_frontends_podman_mounts_an_image_rather_than_copying_it(frontend):
     """On its default here (vfs) rootless Podman copied the whole image at each container
     start, 8-16 s for the PyTorch image, a job's and each search trial's: ``scripts/frontend

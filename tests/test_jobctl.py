@@ -303,6 +303,26 @@ def test_find_a_job_by_its_run(sched, listing, found, commands):
     assert control(sched).find("r1") == found
 
 
+def test_a_job_is_found_by_the_first_line_its_run_printed(tmp_path):
+    """A run's record lost: the job that ran says which it is first in its output (a
+    prolog's lines before it), for its own run only; a local run's PID file says it."""
+    out = tmp_path / "job.out"
+    start = {"modak": "job-start", "run_id": "r1", "job_id": "42.server"}
+    out.write_text("prolog: node ready\n" + json.dumps(start) + "\ntraining...\n")
+    assert jobctl.started_job(str(out), "r1") == "42.server"
+    assert jobctl.started_job(str(out), "r10") is None  # (another run's job)
+    assert jobctl.started_job(str(tmp_path / "none.out"), "r1") is None
+    out.write_text(json.dumps(dict(start, job_id="")) + "\n")  # (no id: nothing to adopt)
+    assert jobctl.started_job(str(out), "r1") is None
+    assert jobctl.job_left(control("pbs"), str(tmp_path), str(out), "r1") is None
+    out.write_text(json.dumps(start) + "\n")
+    assert jobctl.job_left(control("pbs"), str(tmp_path), str(out), "r1") == "42.server"
+    local = jobctl.Local()
+    assert jobctl.job_left(local, str(tmp_path), str(out), "r1") is None
+    (tmp_path / local.PID).write_text("4242")
+    assert jobctl.job_left(local, str(tmp_path), str(out), "r1") == "local-4242"
+
+
 def test_job_control_without_data_is_an_error():
     with pytest.raises(jobctl.JobError, match="job_control"):
         jobctl.scheduler("slurm")

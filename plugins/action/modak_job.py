@@ -55,6 +55,7 @@ class ActionModule(PollingAction):
             result.update(status)
             return result
         submitted = status.get("changed", False)
+        job_submitted = bool(status.get("submitted"))  # (False: a job of the run was found)
         started = time.time()
         say(progress_line(host, status, 0))
         failures, last = 0, status
@@ -87,7 +88,8 @@ class ActionModule(PollingAction):
             failures, status, last = 0, answer, answer
             say(progress_line(host, status, time.time() - started))
 
-        result.update(status, changed=submitted, waited_s=round(time.time() - started, 1))
+        result.update(status, changed=submitted, submitted=job_submitted,
+                      waited_s=round(time.time() - started, 1))
         if not status.get("terminal"):
             result["msg"] = ("job %s is still %s after waiting %d s; it keeps running: run the "
                              "same command again to wait for it (the run is not submitted "

@@ -27,6 +27,9 @@ TERMINAL = frozenset(["COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL"
 ACTIVE = frozenset(["PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED",
                     "REQUEUED", "RESIZING", "STAGE_OUT", "SIGNALING"])
 JOB_LINE = re.compile(r'^\{"modak": "job", .*\}$')
+# the line a job script of a scheduler that names its jobs prints first (its run and job id)
+START_LINE = re.compile(r'^\{"modak": "job-start", .*\}$')
+START_SCAN = 65536  # how far into a job's output its first line is looked for (a prolog's lines)
 # a scheduler command that failed because the scheduler did not answer (slurmctld or the
 # PBS server down or restarting), as opposed to one that answered "no such job"
 NO_ANSWER = re.compile(r"contact|connect|communication|timed? ?out|socket|refused|unreachable|"
@@ -84,6 +87,36 @@ def job_line(path):
             except ValueError:
                 return None
     return None
+
+
+def started_job(path, run_id):
+    """The id of the job of run ``run_id`` that started and wrote ``path``, as its first
+    line (``{"modak": "job-start", ...}``) names it; None when there is no such line."""
+    try:
+        with open(path) as f:
+            head = f.read(START_SCAN)
+    except (IOError, OSError):
+        return None
+    for line in head.splitlines():
+        if START_LINE.match(line.strip()):
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("run_id") == run_id and rec.get("job_id"):
+                return str(rec["job_id"])
+    return None
+
+
+def job_left(sched, workdir, stdout, run_id):
+    """The job of run ``run_id`` that this work directory shows was submitted, when its
+    record was lost: the job a local run started (its PID file), or the job whose first
+    line is in the run's output (:func:`started_job`), which is there after the scheduler
+    has forgotten the job; None when neither is."""
+    if isinstance(sched, Local):
+        pid = _read_int(os.path.join(workdir, Local.PID))
+        return None if pid is None else "local-%d" % pid
+    return started_job(stdout, run_id)
 
 
 class Status(object):

@@ -31,8 +31,12 @@ description:
     where the scheduler reports one.
   - V(status) and V(cancelled) need neither the job script nor the run's record. A run
     never copied to the front-end is reported not submitted, and nothing is written there.
-    A run whose record was lost is found by its run id, where the scheduler can list jobs
-    by it (Slurm, LSF); its record is then written again.
+    A run whose record was lost is found by its run id where the scheduler lists jobs by
+    it (Slurm, LSF, while they list the job), else by what its work directory holds: the
+    job's first line in its output, which names the job (every batch scheduler, once the
+    job started; a job that ended long ago included), or a local run's PID file. Its
+    record is then written again and nothing is submitted twice. A PBS job still queued
+    when its record was lost is not found.
   - Uses only the Python standard library, so that it runs with a front-end's own Python.
 options:
   workdir:
@@ -198,7 +202,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.modak.modak.plugins.module_utils.modak_jobctl import (
-    JobError, Local, job_line, output_size, scheduler as get_scheduler)
+    JobError, Local, job_left, job_line, output_size, scheduler as get_scheduler)
 
 RECORD = ".modak-job.json"
 
@@ -224,6 +228,15 @@ def save_record(workdir, record):
     with open(tmp, "w") as f:
         json.dump(record, f)
     os.rename(tmp, os.path.join(workdir, RECORD))
+
+
+def find_job(sched, workdir, stdout, run_id):
+    """The job of ``run_id`` submitted before, when the run has no record: the one its
+    scheduler lists by the run id (Slurm and LSF, while they list it), else the one the work
+    directory shows (a local run's PID file; the job's first line in its output, which names
+    it: after the scheduler has forgotten it, and under PBS, which lists no job by a run)."""
+    job_id = sched.find(run_id) if hasattr(sched, "find") else None
+    return job_id or job_left(sched, workdir, stdout, run_id)
 
 
 MAX_LOST = 2  # resubmissions of a run whose jobs completed without any output
@@ -300,8 +313,9 @@ def main():
             result["changed"] = True
             if module.check_mode:
                 module.exit_json(msg="would submit run %s" % p["run_id"], **result)
-            # a job of this run the scheduler knows (its record was lost): adopt it
-            job_id = sched.find(p["run_id"]) if hasattr(sched, "find") else None
+            # a job of this run that the scheduler lists or this work directory shows was
+            # submitted (its record was lost): adopt it
+            job_id = find_job(sched, workdir, result["stdout_path"], p["run_id"])
             if job_id is None or job_id in lost:
                 if isinstance(sched, Local):
                     job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
@@ -338,8 +352,8 @@ def status_of(module, p, sched, record, result, digest, status=None):
     and does not submit the run again.  Exits the module."""
     workdir = p["workdir"]
     try:
-        if record is None and p["state"] in ASKING and hasattr(sched, "find"):
-            job_id = sched.find(p["run_id"])
+        if record is None and p["state"] in ASKING:
+            job_id = find_job(sched, workdir, result["stdout_path"], p["run_id"])
             if job_id is not None:
                 record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
                           "scheduler": p["scheduler"]}

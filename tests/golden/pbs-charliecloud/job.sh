@@ -16,6 +16,9 @@
 set -uo pipefail
 cd "${PBS_O_WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}}" || exit 1
 export MODAK_RUN_ID=test-run
+# The job's first line names it: a deploy whose record of the submission was lost finds
+# the job by its output once the scheduler no longer lists it, and submits nothing again.
+printf '{"modak": "job-start", "run_id": "%s", "job_id": "%s"}\n' "$MODAK_RUN_ID" "${PBS_JOBID:-${SLURM_JOB_ID:-}}"
 
 # This target's figures are not known yet: measure them once (GFLOP/s, bandwidth), in the
 # job's own image and allocation; MODAK's model describes the target by them.

@@ -18,6 +18,9 @@
 # Decided by: prior
 set -uo pipefail
 export MODAK_RUN_ID=test-run
+# The job's first line names it: a deploy whose record of the submission was lost finds
+# the job by its output once the scheduler no longer lists it, and submits nothing again.
+printf '{"modak": "job-start", "run_id": "%s", "job_id": "%s"}\n' "$MODAK_RUN_ID" "${SLURM_JOB_ID:-}"
 
 # The container runs outside this script's processes: when the scheduler ends the job
 # (cancel, time limit), stop it here, then end by the same signal.

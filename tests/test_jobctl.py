@@ -312,7 +312,8 @@ def test_a_job_is_found_by_the_first_line_its_run_printed(tmp_path):
     assert jobctl.started_job(str(out), "r1") == "42.server"
     assert jobctl.started_job(str(out), "r10") is None  # (another run's job)
     assert jobctl.started_job(str(tmp_path / "none.out"), "r1") is None
-    out.write_text(json.dumps(dict(start, job_id="")) + "\n")  # (no id: nothing to adopt)
+    # the first line only: what the application prints later cannot name another job
+    out.write_text(json.dumps(dict(start, job_id="")) + "\n" + json.dumps(start) + "\n")
     assert jobctl.started_job(str(out), "r1") is None
     assert jobctl.job_left(control("pbs"), str(tmp_path), str(out), "r1") is None
     out.write_text(json.dumps(start) + "\n")

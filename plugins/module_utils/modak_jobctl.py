@@ -91,7 +91,9 @@ def job_line(path):
 
 def started_job(path, run_id):
     """The id of the job of run ``run_id`` that started and wrote ``path``, as its first
-    line (``{"modak": "job-start", ...}``) names it; None when there is no such line."""
+    line (``{"modak": "job-start", ...}``) names it; None when there is no such line.  Only
+    the first such line counts: the job script prints it before the application starts, so
+    what the application prints cannot name another job."""
     try:
         with open(path) as f:
             head = f.read(START_SCAN)
@@ -103,8 +105,8 @@ def started_job(path, run_id):
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if rec.get("run_id") == run_id and rec.get("job_id"):
-                return str(rec["job_id"])
+            if isinstance(rec, dict) and rec.get("run_id") == run_id:
+                return str(rec["job_id"]) if rec.get("job_id") else None
     return None
 
 

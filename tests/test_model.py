@@ -921,15 +921,19 @@ def _campaign_module():
     return campaign
 
 
+def _campaign_rows(keep) -> list[dict]:
+    """The shipped campaign's CSV rows that ``keep`` takes (as ``csv`` reads them)."""
+    import csv
+
+    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
+        return [r for r in csv.DictReader(f) if keep(r)]
+
+
 def _fake_runs(campaign, monkeypatch) -> list:
     """The campaign's runs and probes replaced: each run returns a record of the shipped
     campaign (as of this machine's boot, its own step time) and is noted in the list
     returned, as (family, target, configuration)."""
-    import csv
-
-    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
-        raw = next(r["raw"] for r in csv.DictReader(f)
-                   if r["run_id"] == "transfer/mlp/b0/2c/stock")
+    raw = _campaign_rows(lambda r: r["run_id"] == "transfer/mlp/b0/2c/stock")[0]["raw"]
     ran = []
 
     def run_one(family, variant, target, config, steps, seconds=None):
@@ -948,15 +952,12 @@ def test_the_campaign_spends_its_next_round_where_the_model_is_most_wrong(tmp_pa
     """``transfer_campaign.py --uncertain N`` ranks the cells by the model's held-out error:
     a cell where one configuration ran 4x slower than anything else shows (an effect no
     feature explains) comes first."""
-    import csv
-
     campaign = _campaign_module()
     cells = ("small-cnn/b0/2c/", "resnet18/b0/2c/", "mlp/b0/2c/", "gru/b0/2c/")
-    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
-        rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
-                for r in csv.DictReader(f)  # (of the first machine: one description)
-                if any(r["run_id"].startswith("transfer/" + c) for c in cells)
-                and not r["boot_id"]]
+    rows = [{k: (v if v != "" else None) for k, v in r.items() if k in COLUMNS}
+            for r in _campaign_rows(  # (of the first machine: one description)
+                lambda r: any(r["run_id"].startswith("transfer/" + c) for c in cells)
+                and not r["boot_id"])]
     for r in rows:
         if r["run_id"] == "transfer/mlp/b0/2c/tcmalloc":
             r["s_per_step"] = str(4 * float(r["s_per_step"]))
@@ -1224,9 +1225,8 @@ def test_refingerprint_fills_a_new_count_and_an_accelerators_rows_only_what_the_
     import csv
 
     campaign = _campaign_module()
-    with open_csv(ROOT / "modak_lib/data/transfer-campaign.csv.gz") as f:
-        cpu = next(r for r in csv.DictReader(f)
-                   if r["run_id"] == "transfer/gru/b0/2c/stock" and not r["accelerator"])
+    cpu = _campaign_rows(lambda r: r["run_id"] == "transfer/gru/b0/2c/stock"
+                         and not r["accelerator"])[0]
     record = json.loads(cpu["raw"])
     record["fingerprint"]["recurrent_steps"] = 128
     monkeypatch.setattr(campaign, "run_one", lambda *a, **k: json.loads(json.dumps(record)))

@@ -286,6 +286,30 @@ def test_local_scheduler_over_a_local_connection(tmp_path):
     assert ResultsStore(tmp_path / "store.sqlite").count() == 1
 
 
+@pytest.mark.parametrize("work_dir,given,run_dir", [
+    ("scratch/runs", None, "/home/u/scratch/runs/job-r1"),  # (the target's, under the home)
+    ("/lustre/u/runs", None, "/lustre/u/runs/job-r1"),
+    ("scratch/runs", "/tmp/w", "/tmp/w/job-r1"),  # (the role variable, when set, wins)
+])
+def test_the_run_directory_is_under_the_targets_work_dir(tmp_path, work_dir, given, run_dir):
+    """The infrastructure file's (or the request's) ``frontend.work_dir`` places the run
+    directory on the front-end, unless the play sets ``modak_work_dir``."""
+    plan = {"plan": {"run_name": "job-r1", "target": {"frontend": {"work_dir": work_dir},
+                                                      "image_dir": "images"}}}
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "vars": {"modak_home_dir": "/home/u", "modak_plan": plan,
+                      **({"modak_work_dir": given} if given else {})},
+             "tasks": [{"ansible.builtin.include_role": {"name": "modak.modak.modak_plan",
+                                                         "tasks_from": "locate"}},
+                       {"ansible.builtin.debug": {
+                           "msg": "dirs={{ modak_run_dir }}|{{ modak_image_dir }}"}}]}]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    _ok(proc)
+    assert f"dirs={run_dir}|/home/u/images" in proc.stdout, proc.stdout[-2000:]
+
+
 def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
     """autotune.yml: the budgeted search whatever the model says (this workload it knows),
     round 1 the candidates and stock for 8 steps, round 2 the better half and stock for 16

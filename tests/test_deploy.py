@@ -855,9 +855,9 @@ def test_a_run_whose_record_was_lost_after_its_job_ended_is_not_submitted_again(
              "stdout=job.out state=ended poll=1 timeout=120"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return json.loads(proc.stdout.split("=>", 1)[1])
+        return json.loads(proc.stdout.split("=>", 1)[1]), " ".join(proc.stderr.split())
 
-    first = job()
+    first, _ = job()
     assert first["submitted"] and first["state"] == "COMPLETED", first
     output = (work / "job.out").read_text()
     assert "trained" in output
@@ -865,8 +865,10 @@ def test_a_run_whose_record_was_lost_after_its_job_ended_is_not_submitted_again(
         listed = subprocess.run(["squeue", "-h", "-o", "%k"], capture_output=True, text=True)
         assert f"modak-run={run_id}" not in listed.stdout
     (work / ".modak-job.json").unlink()
-    again = job()
+    again, warned = job()
     assert again["job_id"] == first["job_id"] and not again["submitted"], again
+    assert re.search(rf"the record of run {run_id} was lost; its job {first['job_id']}, "
+                     rf"found by what it left in \S+, was adopted", warned), warned
     assert again["state"] == "COMPLETED"
     assert (work / "job.out").read_text() == output  # (the job did not run again)
     assert json.loads((work / ".modak-job.json").read_text())["job_id"] == first["job_id"]

@@ -231,12 +231,16 @@ def save_record(workdir, record):
 
 
 def find_job(sched, workdir, stdout, run_id):
-    """The job of ``run_id`` submitted before, when the run has no record: the one its
-    scheduler lists by the run id (Slurm and LSF, while they list it), else the one the work
-    directory shows (a local run's PID file; the job's first line in its output, which names
-    it: after the scheduler has forgotten it, and under PBS, which lists no job by a run)."""
+    """The job of ``run_id`` submitted before, when the run has no record, and how it was
+    found ((None, None): none was): the one its scheduler lists by the run id (Slurm and
+    LSF, while they list it), else the one the work directory shows (a local run's PID
+    file; the job's first line in its output, which names it: after the scheduler has
+    forgotten it, and under PBS, which lists no job by a run)."""
     job_id = sched.find(run_id) if hasattr(sched, "find") else None
-    return job_id or job_left(sched, workdir, stdout, run_id)
+    if job_id is not None:
+        return job_id, "its run id"
+    job_id = job_left(sched, workdir, stdout, run_id)
+    return job_id, None if job_id is None else "what it left in %s" % workdir
 
 
 MAX_LOST = 2  # resubmissions of a run whose jobs completed without any output
@@ -315,7 +319,7 @@ def main():
                 module.exit_json(msg="would submit run %s" % p["run_id"], **result)
             # a job of this run that the scheduler lists or this work directory shows was
             # submitted (its record was lost): adopt it
-            job_id = find_job(sched, workdir, result["stdout_path"], p["run_id"])
+            job_id, found_by = find_job(sched, workdir, result["stdout_path"], p["run_id"])
             if job_id is None or job_id in lost:
                 if isinstance(sched, Local):
                     job_id = sched.submit(workdir, p["script"], p["stdout"], p["stderr"],
@@ -325,7 +329,13 @@ def main():
                                           run_id=p["run_id"])
                 result["submitted"] = True
             record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
-                      "scheduler": p["scheduler"], "submitted_at": time.time()}
+                      "scheduler": p["scheduler"]}
+            if result["submitted"]:  # (an adopted job's submission time is not known here)
+                record["submitted_at"] = time.time()
+            else:
+                module.warn("the record of run %s was lost; its job %s, found by %s, was "
+                            "adopted, and nothing was submitted again"
+                            % (p["run_id"], job_id, found_by))
             if lost:
                 record["lost_jobs"] = lost
                 module.warn("job %s of run %s completed without any output (its result was "
@@ -353,7 +363,7 @@ def status_of(module, p, sched, record, result, digest, status=None):
     workdir = p["workdir"]
     try:
         if record is None and p["state"] in ASKING:
-            job_id = find_job(sched, workdir, result["stdout_path"], p["run_id"])
+            job_id, _ = find_job(sched, workdir, result["stdout_path"], p["run_id"])
             if job_id is not None:
                 record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
                           "scheduler": p["scheduler"]}

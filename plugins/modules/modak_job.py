@@ -32,11 +32,11 @@ description:
   - V(status) and V(cancelled) need neither the job script nor the run's record. A run
     never copied to the front-end is reported not submitted, and nothing is written there.
     A run whose record was lost is found by its run id where the scheduler lists jobs by
-    it (Slurm, LSF, while they list the job), else by what its work directory holds: the
+    it (Slurm, LSF, while they list the job), else by what its work directory holds - the
     job's first line in its output, which names the job (every batch scheduler, once the
     job started; a job that ended long ago included), or a local run's PID file. Its
-    record is then written again and nothing is submitted twice. A PBS job still queued
-    when its record was lost is not found.
+    record is then written again, a warning says so, and nothing is submitted twice. A PBS
+    job still queued when its record was lost is not found.
   - Uses only the Python standard library, so that it runs with a front-end's own Python.
 options:
   workdir:
@@ -363,7 +363,7 @@ def status_of(module, p, sched, record, result, digest, status=None):
     workdir = p["workdir"]
     try:
         if record is None and p["state"] in ASKING:
-            job_id, _ = find_job(sched, workdir, result["stdout_path"], p["run_id"])
+            job_id = find_job(sched, workdir, result["stdout_path"], p["run_id"])[0]
             if job_id is not None:
                 record = {"run_id": p["run_id"], "sha256": digest, "job_id": job_id,
                           "scheduler": p["scheduler"]}

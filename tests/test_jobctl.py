@@ -315,6 +315,8 @@ def test_a_job_is_found_by_the_first_line_its_run_printed(tmp_path):
     # the first line only: what the application prints later cannot name another job
     out.write_text(json.dumps(dict(start, job_id="")) + "\n" + json.dumps(start) + "\n")
     assert jobctl.started_job(str(out), "r1") is None
+    out.write_text(json.dumps(dict(start, run_id="r10")) + "\n" + json.dumps(start) + "\n")
+    assert jobctl.started_job(str(out), "r1") is None
     assert jobctl.job_left(control("pbs"), str(tmp_path), str(out), "r1") is None
     out.write_text(json.dumps(start) + "\n")
     assert jobctl.job_left(control("pbs"), str(tmp_path), str(out), "r1") == "42.server"

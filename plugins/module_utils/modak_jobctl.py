@@ -73,6 +73,18 @@ def run(argv, cwd=None, check=True, env=None, stdin=None):
     return proc.returncode, out, err
 
 
+def _marked(lines, pattern):
+    """The first of ``lines`` that ``pattern`` (a MODAK marker line) matches, parsed; None
+    when none does, or when that one is not JSON."""
+    for line in lines:
+        if pattern.match(line.strip()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
 def job_line(path):
     """The {"modak": "job", ...} line the job script prints last, or None."""
     try:
@@ -80,13 +92,7 @@ def job_line(path):
             lines = f.read().splitlines()
     except (IOError, OSError):
         return None
-    for line in reversed(lines):
-        if JOB_LINE.match(line.strip()):
-            try:
-                return json.loads(line)
-            except ValueError:
-                return None
-    return None
+    return _marked(reversed(lines), JOB_LINE)
 
 
 def started_job(path, run_id):
@@ -99,14 +105,9 @@ def started_job(path, run_id):
             head = f.read(START_SCAN)
     except (IOError, OSError):
         return None
-    for line in head.splitlines():
-        if START_LINE.match(line.strip()):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and rec.get("run_id") == run_id:
-                return str(rec["job_id"]) if rec.get("job_id") else None
+    rec = _marked(head.splitlines(), START_LINE)
+    if isinstance(rec, dict) and rec.get("run_id") == run_id and rec.get("job_id"):
+        return str(rec["job_id"])
     return None
 
 

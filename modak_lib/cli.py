@@ -149,7 +149,8 @@ def _inputs(path: Optional[str]) -> dict:
 
 
 def _say(args: argparse.Namespace, text: str, level: int = 1) -> None:
-    """Progress for people on stderr: level 1 with -v, never with -q."""
+    """Progress for people on stderr: level 1 with -v, level 0 (what a person waits for)
+    without it; never with -q."""
     if not args.quiet and args.verbose >= level:
         print(f"modak: {text}", file=sys.stderr)
 
@@ -222,7 +223,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def _predictor(choice: str, args: Optional[argparse.Namespace] = None):
     """The planner's predictor for ``--model`` (see :func:`predict.load_predictor`)."""
     from .perf.predictor import load_predictor
-    return load_predictor(choice, say=(lambda text: _say(args, text)) if args else None)
+    return load_predictor(choice, say=(lambda text: _say(args, text)) if args else None,
+                          notice=(lambda text: _say(args, text, 0)) if args else None)
 
 
 def cmd_model(args: argparse.Namespace) -> int:
@@ -250,7 +252,7 @@ def cmd_model(args: argparse.Namespace) -> int:
         print(f"fitted {card.model_id} on {card.rows} measurements of {card.configurations} "
               f"configurations ({len(card.families)} workload families, {len(card.targets)} "
               f"targets); saved {path}")
-        rows = [[k, f"{v:.1%}", "kept" if k == card.estimator else ""]
+        rows = [[k, "-" if v is None else f"{v:.1%}", "kept" if k == card.estimator else ""]
                 for k, v in card.held_out_mape.items()]
         print("\n".join(table_lines(rows, ["estimator", f"MAPE ({card.held_out_by} held out)",
                                            ""])))

@@ -553,9 +553,16 @@ def test_a_model_saved_by_another_modak_is_refitted_when_auto(tmp_path, monkeypa
     side.write_text(json.dumps(meta))
     with pytest.raises(ModakError, match="refit"):  # a file named explicitly: say so
         load_predictor(str(path))
-    predictor = load_predictor("auto")  # the default: refitted from the shipped dataset
+    said, noticed = [], []  # the default: refitted from the shipped dataset, and said
+    predictor = load_predictor("auto", say=said.append, notice=noticed.append)
     assert predictor is not None and predictor.meta["versions"]["modak"] == __version__
     assert json.loads(side.read_text())["versions"]["modak"] == __version__
+    assert len(noticed) == 1 and "refitting it now" in noticed[0] and noticed[0] not in said
+    path.unlink()  # no model at all: fitted, and said so where a person waits for it
+    noticed.clear()
+    assert load_predictor("auto", say=said.append, notice=noticed.append) is not None
+    assert noticed == [f"no model at {path} yet: fitting one on the measured datasets (once; "
+                       "seconds)"]
 
 
 def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
@@ -1270,6 +1277,38 @@ def test_the_shipped_campaign_gives_a_first_model_that_speaks_for_new_families(t
     assert model.meta["light"]["formula"].get("kind") == "trees"
     linear = m.fit(data, estimators=("linear", "linear-main"))
     assert linear.card.sigma_log_unseen > 1.2 * model.card.sigma_log_unseen  # 0.48 and 0.35
+
+
+def test_a_first_fit_takes_the_shipped_comparison_which_is_the_one_it_would_compute(
+        monkeypatch):
+    """A first fit on the shipped datasets alone (a fresh install's first plan) takes the
+    quick estimators' comparison shipped beside them instead of computing it (15 s to a
+    minute), and only there: of other measurements, other estimators or other features it
+    computes its own.  The shipped one is the comparison computed afresh."""
+    data = load_frame(None)
+    frame = m.usable(m.training_frame(data))
+    shipped = m.shipped_comparison(frame, m.QUICK_ESTIMATORS, "workload")
+    assert shipped is not None, \
+        f"{m.SHIPPED_COMPARISON.name} is not of the shipped data: run scripts/ship-comparison"
+    afresh = m.compare(frame, m.QUICK_ESTIMATORS, "workload")
+    assert (afresh.estimator, afresh.rows, afresh.data_fingerprint) == (
+        shipped.estimator, shipped.rows, shipped.data_fingerprint)
+    assert afresh.held_out_mape == pytest.approx(shipped.held_out_mape, rel=0.01)
+    assert (afresh.sigma_log, afresh.sigma_log_unseen) == pytest.approx(
+        (shipped.sigma_log, shipped.sigma_log_unseen), rel=0.01)
+
+    def computed(*args, **kwargs):
+        raise AssertionError("compared the estimators again")
+    monkeypatch.setattr(m, "compare", computed)
+    card = m.fit(data, estimators=m.QUICK_ESTIMATORS).card
+    assert (card.estimator, card.held_out_mape, card.sigma_log_unseen, card.held_out_rows) \
+        == (shipped.estimator, shipped.held_out_mape, shipped.sigma_log_unseen, len(frame))
+    with pytest.raises(AssertionError, match="compared the estimators again"):
+        m.fit(pd.concat([data, synthetic()], ignore_index=True), estimators=m.QUICK_ESTIMATORS)
+    with pytest.raises(AssertionError, match="compared the estimators again"):
+        m.fit(data, estimators=("linear", "extra-trees"))
+    monkeypatch.setattr(F, "FEATURE_VERSION", F.FEATURE_VERSION + 1)
+    assert m.shipped_comparison(frame, m.QUICK_ESTIMATORS, "workload") is None
 
 
 def test_a_model_of_cpu_data_does_not_decide_for_an_accelerator_it_never_measured():

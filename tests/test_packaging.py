@@ -79,7 +79,7 @@ def installed(tmp_path_factory):
 def test_the_artefacts_carry_their_data_and_no_build_output(installed):
     names = zipfile.ZipFile(installed.wheel).namelist()
     for needed in ("modak_lib/data/measurements.csv", "modak_lib/data/transfer-campaign.csv.gz",
-                   "modak_lib/data/catalogue.yaml",
+                   "modak_lib/data/quick-comparison.json", "modak_lib/data/catalogue.yaml",
                    "modak_lib/data/tosca/modak-types.yaml", "modak_lib/data/examples/train.py",
                    "modak_lib/templates/jobs/job.sh.j2", "modak_runtime/__main__.py"):
         assert needed in names

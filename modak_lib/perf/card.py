@@ -47,3 +47,23 @@ class ModelCard(BaseModel):
     fitted_at: str
     light: dict[str, Any] = Field(default_factory=dict, description="for the fast predictor: "
                                   "the exported linear formula, measured medians, workloads")
+
+
+class Comparison(BaseModel):
+    """The estimators' comparison on held-out groups that a fit keeps the best of
+    (``fit.compare``), and what it was made on: a fit of the same estimators on the same
+    measurements and features takes it as it is (``fit.shipped_comparison``: the quick
+    estimators' on the shipped datasets, which a first plan would otherwise compute)."""
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    estimators: list[str] = Field(description="the estimators compared, in order")
+    data_fingerprint: str = Field(description="fit.fingerprint of the measurements compared on")
+    feature_version: int
+    estimator: str = Field(description="the one kept")
+    held_out_by: Literal["configuration", "workload", "target"]
+    held_out_mape: dict[str, Optional[float]]
+    rows: int = Field(description="measurements compared on")
+    held_out_rows: int
+    sigma_log: float
+    sigma_log_unseen: float
+    versions: dict[str, str] = Field(description="the libraries it was computed with")

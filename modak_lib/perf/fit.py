@@ -27,7 +27,7 @@ from .. import __version__
 from ..errors import ModakError
 from ..paths import data_file
 from . import features as F
-from .card import ModelCard
+from .card import Comparison, ModelCard
 
 RANGE_MARGIN = 0.5     # log space (x1.65): how far beyond the measured efficiencies a prediction
 #                        may go
@@ -648,7 +648,7 @@ class FittedModel:
 
 
 def fit(df, estimators: Sequence[str] = None, by: str = "workload",
-        carry: Optional[ModelCard] = None, every=None) -> FittedModel:
+        carry: Optional[ModelCard | Comparison] = None, every=None) -> FittedModel:
     """Fit every estimator, compare them on held-out groups (``by``: workload families by
     default, the hardest test: a workload never seen), keep the best.
 
@@ -656,9 +656,9 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
     run, a few rows added since: ``refit_after_run``): its estimator alone is fitted, and
     its held-out figures are carried over; ``held_out_rows`` says on how many measurements
     they were measured.  ``every``: ``training_frame(df)``, where the caller has it already
-    (a second of the refit after each trial of a search)."""
-    import numpy as np
-
+    (a second of the refit after each trial of a search).  Without ``carry``, the
+    comparison shipped with the datasets where it is of ``df`` (``shipped_comparison``),
+    else computed (``compare``)."""
     estimators = tuple(estimators or ESTIMATORS)
     workloads = workload_table(df)
     if every is None:
@@ -671,29 +671,14 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
     if df["workload"].nunique() < 2:
         by = "configuration"  # one family: hold out configurations instead
     shared: dict = {}
-    if carry is not None:
-        best, by, scores = carry.estimator, carry.held_out_by, dict(carry.held_out_mape)
-        sigma, sigma_loco = carry.sigma_log_unseen, carry.sigma_log
-        held_rows = carry.held_out_rows or carry.rows
-        _shared(df, shared)
-    else:
-        scores, residual = {}, {}
-        for name in estimators:
-            pred = held_out_predictions(df, name, by, shared=shared)
-            scores[name] = mape(np.exp(df["y"]), np.exp(pred))
-            residual[name] = df["y"].to_numpy() - pred
-        best = "linear" if "linear" in scores else estimators[0]
-        challenger = min(scores, key=lambda k: scores[k] if scores[k] == scores[k] else 1e9)
-        if scores[challenger] < scores[best] * (1 - PREFER_MARGIN):
-            best = challenger
-        res = residual[best][~np.isnan(residual[best])]
-        sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
-        loco = residual[best] if by == "configuration" else (
-            df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS,
-                                                      shared))
-        loco = loco[~np.isnan(loco)]
-        sigma_loco = float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma
-        held_rows = int(len(df))
+    if carry is None:
+        carry = shipped_comparison(df, estimators, by)
+    if carry is None:
+        carry = compare(df, estimators, by, shared)
+    best, by, scores = carry.estimator, carry.held_out_by, dict(carry.held_out_mape)
+    sigma, sigma_loco = carry.sigma_log_unseen, carry.sigma_log
+    held_rows = carry.held_out_rows or carry.rows
+    _shared(df, shared)
     # (the features, baselines, machines and configurations the held-out fits computed)
     machines = shared["machines"]
     effects = machine_effects(df, machines)
@@ -722,6 +707,74 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
         fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), light=light)
     keep = every[TARGET_KEYS + CONFIG_KEYS + ["s_per_step", "accelerator", "source"]].copy()
     return FittedModel(est, best, card, keep)
+
+
+def compare(df, estimators: Sequence[str], by: str, shared: Optional[dict] = None
+            ) -> Comparison:
+    """Each estimator's predictions with its ``by`` group held out (``df``: the usable
+    frame), and the one kept: linear unless another's MAPE is ``PREFER_MARGIN`` lower (the
+    lowest); with its RMS log errors, a group held out and a configuration held out (its
+    configurations dealt into ``LOCO_FOLDS`` folds): the uncertainties a plan states."""
+    import numpy as np
+
+    shared = {} if shared is None else shared
+    scores, residual = {}, {}
+    for name in estimators:
+        pred = held_out_predictions(df, name, by, shared=shared)
+        scores[name] = mape(np.exp(df["y"]), np.exp(pred))
+        residual[name] = df["y"].to_numpy() - pred
+    best = "linear" if "linear" in scores else estimators[0]
+    challenger = min(scores, key=lambda k: scores[k] if scores[k] == scores[k] else 1e9)
+    if scores[challenger] < scores[best] * (1 - PREFER_MARGIN):
+        best = challenger
+    res = residual[best][~np.isnan(residual[best])]
+    sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
+    loco = residual[best] if by == "configuration" else (
+        df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS,
+                                                  shared))
+    loco = loco[~np.isnan(loco)]
+    sigma_loco = float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma
+    return Comparison(
+        estimators=list(estimators), data_fingerprint=fingerprint(df),
+        feature_version=F.FEATURE_VERSION, estimator=best, held_out_by=by,
+        held_out_mape={k: None if v != v else round(float(v), 4) for k, v in scores.items()},
+        rows=int(len(df)), held_out_rows=int(len(df)), sigma_log=round(sigma_loco, 4),
+        sigma_log_unseen=round(sigma, 4), versions=library_versions())
+
+
+# the quick estimators' comparison on the shipped datasets alone: what a first plan (and
+# the tests' first fit) would otherwise compute, 15 s to a minute; `scripts/ship-comparison`
+# writes it, and a test checks it against the comparison computed afresh
+SHIPPED_COMPARISON = Path(__file__).resolve().parent.parent / "data" / "quick-comparison.json"
+
+
+def shipped_comparison(df, estimators: Sequence[str], by: str) -> Optional[Comparison]:
+    """The shipped comparison where it is of this fit: the same estimators on the same
+    measurements (``df``, the usable frame: its fingerprint) and features (their version),
+    holding out the same groups; None otherwise (a store with runs of its own, an older
+    file)."""
+    try:
+        shipped = Comparison.model_validate_json(SHIPPED_COMPARISON.read_text())
+    except (OSError, ValueError):
+        return None
+    if (shipped.estimators == list(estimators) and shipped.held_out_by == by
+            and shipped.feature_version == F.FEATURE_VERSION
+            and shipped.data_fingerprint == fingerprint(df)):
+        return shipped
+    return None
+
+
+def write_shipped_comparison(path: Optional[Path] = None) -> Comparison:
+    """Compute the quick estimators' comparison on the shipped datasets alone and write it
+    (``SHIPPED_COMPARISON``): after the shipped data, the features or the estimators
+    change."""
+    from ..results import load_frame
+
+    df = usable(training_frame(load_frame(None, include_shipped=True)))
+    by = "workload" if df["workload"].nunique() >= 2 else "configuration"
+    result = compare(df, QUICK_ESTIMATORS, by)
+    (path or SHIPPED_COMPARISON).write_text(result.model_dump_json(indent=1) + "\n")
+    return result
 
 
 def _export_encoding(est) -> dict[str, Any]:

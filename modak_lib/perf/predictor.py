@@ -437,16 +437,19 @@ class FastPredictor:
         return correct
 
 
-def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = None):
+def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = None,
+                   notice: Optional[Callable[[str], None]] = None):
     """The performance model the planner asks, or None for the prior.
 
     A model with an exported formula (linear, boosted or extra trees) is evaluated from its
     card (fast: no scikit-learn or pandas); where the store holds runs recorded since its
     fit (a model the refit after a run kept), pandas reads their medians and workloads
     (``FastPredictor.with_runs``). Other estimators load scikit-learn. ``auto`` fits a
-    model on first use.
+    model on first use.  ``say``: progress; ``notice``: what a person waits for (a fit on
+    first use, a refit), ``say`` where not given.
     """
     say = say or (lambda text: None)
+    notice = notice or say
     if choice == "none":
         say("no model: the rule-based prior decides")
         return None
@@ -461,7 +464,8 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
             say("no model and no scikit-learn to fit one: the prior decides")
             return None
         from .fit import fit_if_possible
-        say(f"no model at {path} yet: fitting one on the measured dataset (once)")
+        notice(f"no model at {path} yet: fitting one on the measured datasets (once; "
+               "seconds)")
         if not fit_if_possible(path):
             say("nothing to fit on: the prior decides")
             return None
@@ -475,7 +479,7 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
                 raise ModakError(str(exc)) from None
             # the saved model is from another MODAK (features may differ): refit it once
             from .fit import fit_if_possible
-            say(f"{exc}: refitting it now")
+            notice(f"{exc}: refitting it now")
             if not fit_if_possible(path):
                 return None
             return FastPredictor.load(path)

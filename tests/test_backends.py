@@ -21,7 +21,7 @@ WITH_IMAGES = sorted(name for name, r in RUNTIMES.items() if r.builder() is not 
 # /b/recipe, the context /b and the build argument A=1
 BUILDS = {
     "podman": ("localhost/modak/x:1",
-               ["podman", "build", "--pull=never", "--network=host", "--layers=true", "-f",
+               ["podman", "build", "--pull=missing", "--network=host", "--layers=true", "-f",
                 "/b/recipe", "-t", "localhost/modak/x:1", "--build-arg", "A=1", "/b"],
                ["podman", "image", "exists", "localhost/modak/x:1"],
                ["podman", "image", "rm", "-f", "localhost/modak/x:1"]),

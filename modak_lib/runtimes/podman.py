@@ -50,7 +50,7 @@ class Podman(RuntimeSpec):
     def builder(self, wheelhouse: bool = False) -> dict[str, Any]:
         return {
             "exists": {"argv": ["podman", "image", "exists", "{image}"]},
-            "build": {"argv": ["podman", "build", "--pull=never", "--network=host",
+            "build": {"argv": ["podman", "build", "--pull=missing", "--network=host",
                                "--layers=true", "-f", "{recipe}", "-t", "{image}",
                                "{build_args}", "{context}"], "cwd": "context"},
             "remove": {"argv": ["podman", "image", "rm", "-f", "{image}"]},

@@ -57,6 +57,42 @@ class FakeModule:
         return 0, self.out, ""
 
 
+# what a failed build logged, as Podman 4 wrote it here (the registry's name and the resolver's
+# address replaced): a base not in the store built with --pull=never, and one it tried to
+# pull with --pull=missing (no registry reachable)
+NOT_KNOWN = """STEP 1/16: FROM localhost/debian:bookworm
+Error: creating build container: localhost/debian:bookworm: image not known
+"""
+NOT_PULLED = """STEP 1/2: FROM debian:trixie
+Resolved "debian" as an alias (/etc/containers/registries.conf.d/shortnames.conf)
+Trying to pull registry.example.org/library/debian:trixie...
+Error: creating build container: initializing source docker://debian:trixie: pinging container \
+registry registry.example.org: Get "https://registry.example.org/v2/": dial tcp: lookup \
+registry.example.org on 192.0.2.53:53: no such host
+"""
+RUN_FAILED = """STEP 1/3: FROM localhost/debian:bookworm
+STEP 2/3: RUN pip install nonesuch
+ERROR: No matching distribution found for nonesuch (not found)
+Error: building at STEP "RUN pip install nonesuch": exit status 1
+"""
+
+
+@pytest.mark.parametrize("recipe, log, base", [
+    ("FROM localhost/debian:bookworm\nRUN true\n", NOT_KNOWN, "localhost/debian:bookworm"),
+    ("# a comment\nFROM debian:trixie\n", NOT_PULLED, "debian:trixie"),
+    ("Bootstrap: docker\nFrom: debian:trixie\n", NOT_PULLED, "debian:trixie"),
+    ("FROM localhost/debian:bookworm\nRUN pip install nonesuch\n", RUN_FAILED, None),
+    ("FROM localhost/other:1\n", NOT_KNOWN, None),
+])
+def test_a_build_that_failed_for_want_of_its_base_image_says_so(tmp_path, recipe, log, base):
+    """A build that failed because its base image is neither in the front-end's store nor
+    pullable names that image in its message (with what to do); a build that failed
+    otherwise, its base named only on its FROM step, does not."""
+    path = tmp_path / "recipe"
+    path.write_text(recipe)
+    assert image.base_unavailable(str(path), log) == base
+
+
 def test_a_killed_podman_build_leaves_working_containers_that_are_found():
     rows = [
         {"Id": "a", "State": "storage", "Command": ["buildah"], "Created": 100,

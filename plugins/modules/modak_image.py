@@ -26,6 +26,9 @@ description:
     find it - for Podman, buildah's working containers created since that build started -
     when no other build of O(log_dir) runs) and started again. Podman's committed layers
     are kept, for the next build to reuse.
+  - A failed build fails the task with the build log's end. Where the log says, on a line
+    naming it, that the recipe's base image could be neither found nor pulled, the message
+    names that image and says to pull or import it on the front-end first.
   - Waiting is done by the controller (an action plugin), which prints the build's current
     step and the time since it started at every poll, and gives up after O(timeout)
     seconds (the build goes on; the same task run again attaches to it).
@@ -212,6 +215,28 @@ def _current_step(log):
         if STEP.match(line):
             return line[:160]
     return lines[-1][:160] if lines else ""
+
+
+# the recipe's base image (a Containerfile's first FROM, an Apptainer definition's From:)
+BASE = re.compile(r"^\s*(?:FROM|From:)\s+(\S+)", re.M)
+# a builder's words for an image it could neither find in its store nor pull
+NO_IMAGE = re.compile(r"image not known|pinging container registry|initializing source|"
+                      r"manifest unknown|no such host|connection refused|not found|"
+                      r"unauthorized|denied", re.I)
+
+
+def base_unavailable(recipe, log_tail):
+    """The recipe's base image where a failed build's log says, on a line naming it, that
+    it could not be found or pulled (None otherwise): the message then says what to do,
+    not only the builder's words."""
+    m = BASE.search(_read(recipe) or "")
+    if not m:
+        return None
+    base = m.group(1)
+    for line in log_tail.splitlines():
+        if base in line and NO_IMAGE.search(line) and not line.lstrip().startswith("STEP"):
+            return base
+    return None
 
 
 RUNNER = """lock=$1 result=$2 log=$3
@@ -463,8 +488,13 @@ def main():
             tail = f.read()[-3000:]
         if partial and os.path.exists(partial):
             os.unlink(partial)
-        module.fail_json(msg="building %s failed (exit %d); log: %s\n%s"
-                         % (p["image"], code, build.log, tail), **result)
+        base = base_unavailable(p["recipe"], tail)
+        why = "" if base is None else (
+            ": its base image %s is neither in the front-end's image store nor could it be "
+            "pulled there; pull or import it on the front-end first (without a registry: "
+            "import a root file system under that name)" % base)
+        module.fail_json(msg="building %s failed (exit %d)%s; log: %s\n%s"
+                         % (p["image"], code, why, build.log, tail), **result)
     if partial:
         os.rename(partial, p["image"])
     with open(marker, "w") as f:

@@ -6,7 +6,9 @@
 
 For each family (``benchmarks/families/``, batch variant 0) on one target of this machine
 (described, and its grid's best taken, by this machine's campaign runs where the campaign
-ran here, else by the first machine's in the data):
+ran here; else described by its own probe, run once, and its microarchitecture, its grid's
+best taken from the campaign's runs on machines of the same target, the same
+microarchitecture and cores, or where it has none, on every machine: the table says which):
 
 1. **cold plan**: the model is fitted on the shipped datasets (the transfer campaign
    among them) and ``--data`` *without* that family (the estimators of ``--estimators``,
@@ -85,6 +87,24 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
                  start_loss=m.get("start_loss"))
 
 
+def this_machine(target: str) -> dict:
+    """A target of this machine as the model describes it, for a machine the campaign never
+    ran on: its probe's figures (``transfer_campaign.probe``, a few seconds) and its
+    microarchitecture (the target's own where it names one, else archspec's name of this
+    host); not another machine's, whose figures (native bf16 or not) may be far off."""
+    import archspec.cpu
+
+    from modak_lib.perf.features import TARGET_FIGURES
+
+    probe = tc.probe(target)
+    micro = tc.TARGETS[target][2] or archspec.cpu.host().name
+    print(f"this machine ({micro}, campaign never ran here), target {target}: fp32 "
+          f"{probe.get('gflops_fp32')} GFLOP/s, bf16 {probe.get('gflops_bf16')}, "
+          f"{probe.get('bandwidth_gbs')} GB/s", flush=True)
+    return {"microarchitecture": micro, "accelerator": tc.accelerator_model(probe),
+            **{k: float(probe[k]) if probe.get(k) else None for k in TARGET_FIGURES}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", action="append", default=[],
@@ -104,6 +124,7 @@ def main() -> int:
     cores = tc.cores_of(a.target)
     labels = tc.configs_for(a.target)
     rows = []
+    machine = None  # this machine's description, probed once where the campaign never ran here
     for family in a.family or list(tc.FAMILIES):
         BUSY.clear()
         cell = df[(df["workload"] == family) & (df["run_id"].astype(str).str.contains(
@@ -112,10 +133,18 @@ def main() -> int:
             print(f"{family}: not in the campaign's data on {a.target}; skipped", flush=True)
             continue
         here = cell[cell["boot_id"] == tc.boot_id()] if "boot_id" in cell else cell.iloc[:0]
-        if len(here):  # this machine's runs: its probe's figures, its grid's best
-            cell = here
-        model = fit(df[df["workload"] != family], estimators=a.estimators.split(","))
         rec = cell.iloc[0].to_dict()  # the family's fingerprint and the target's figures
+        if len(here):  # this machine's runs: its probe's figures, its grid's best
+            cell, grid = here, "here"
+            rec = cell.iloc[0].to_dict()
+        else:  # a machine the campaign never ran on: described by its own probe
+            if machine is None:
+                machine = this_machine(a.target)
+            rec.update(machine)
+            like = cell[(cell["microarchitecture"] == machine["microarchitecture"])
+                        & (cell["cores"].astype(float) == float(cores))]
+            cell, grid = (like, "like") if len(like) else (cell, "all")
+        model = fit(df[df["workload"] != family], estimators=a.estimators.split(","))
         configs = [config_of(k, cores) for k in labels]
         stock = config_of("stock", cores)
         predictor = model_predictor(model, df[df["workload"] != family])
@@ -156,7 +185,8 @@ def main() -> int:
         med = {k: statistics.median(times[c]) for k, c in compare.items()}
         losses = {k: losses[c] for k, c in compare.items()}
         rows.append([family, model.name, label_of(ranked[0], cores),
-                     label_of(out.chosen, cores), best_label,
+                     label_of(out.chosen, cores),
+                     best_label + {"here": "", "like": " (like)", "all": " (all)"}[grid],
                      f"{out.spent_s:.0f}/{out.budget_s:.0f} s", f"{med['stock']:.0f}",
                      f"{med['chosen']:.0f}", f"{med['grid best']:.0f}",
                      f"{med['stock'] / med['chosen']:.2f}x",
@@ -176,6 +206,9 @@ def main() -> int:
         "family (held out)", "model", "model's first", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
         "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss",
         "busy elsewhere"])))
+    print("grid best: of this machine's campaign runs; (like): of other machines of this "
+          "target (the same microarchitecture and cores), the campaign never ran here; (all): "
+          "of every machine, the campaign never ran on this target")
     print("busy elsewhere: the most of the machine's CPU (the host's steal included) that went "
           "to anything but the family's runs during one of them; over 10% (the campaign's "
           "--max-busy), its figures are not of the configurations alone")

@@ -293,6 +293,12 @@ def target_id(df):
     return tid.where(~gpu, tid + " + " + acc.astype(str))
 
 
+def held_out_groups(df, by: str = "workload") -> str:
+    """What a comparison holds out of ``df``: ``by`` (workload families by default, the
+    hardest test), or configurations where the data has a single family."""
+    return by if df["workload"].nunique() >= 2 else "configuration"
+
+
 def fingerprint(df) -> str:
     cols = [c for c in ["workload", "framework", "s_per_step", "recorded_at", "run_id", "repeat"]
             if c in df]
@@ -668,13 +674,13 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
     if len(df) < 8 or n_cfg < 3:
         raise ModelError(f"too little data to fit: {len(df)} measurements with fingerprints "
                          f"and target figures, of {n_cfg} configurations (need 8 and 3)")
-    if df["workload"].nunique() < 2:
-        by = "configuration"  # one family: hold out configurations instead
+    by = held_out_groups(df, by)
+    data_fp = fingerprint(df)  # (a second or so on the shipped data: once a fit)
     shared: dict = {}
     if carry is None:
-        carry = shipped_comparison(df, estimators, by)
+        carry = shipped_comparison(df, estimators, by, data_fp)
     if carry is None:
-        carry = compare(df, estimators, by, shared)
+        carry = compare(df, estimators, by, shared, data_fp)
     best, by, scores = carry.estimator, carry.held_out_by, dict(carry.held_out_mape)
     sigma, sigma_loco = carry.sigma_log_unseen, carry.sigma_log
     held_rows = carry.held_out_rows or carry.rows
@@ -694,11 +700,11 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
     if formula is not None:  # the planner evaluates it without scikit-learn
         light.update(formula={**formula, "range": bounds}, measured=measured_groups(every))
     card = ModelCard(
-        model_id=f"{best}-{fingerprint(df)}", estimator=best,
+        model_id=f"{best}-{data_fp}", estimator=best,
         feature_version=F.FEATURE_VERSION, features=F.CATEGORICAL + F.NUMERIC,
         rows=int(len(df)), configurations=int(n_cfg),
         families=sorted(df["workload"].astype(str).unique()),
-        targets=sorted(target_id(df).unique()), data_fingerprint=fingerprint(df),
+        targets=sorted(target_id(df).unique()), data_fingerprint=data_fp,
         held_out_by=by, held_out_mape={k: None if v is None else round(v, 4)
                                        for k, v in scores.items()},
         held_out_rows=held_rows, sigma_log=round(sigma_loco, 4),
@@ -709,12 +715,13 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
     return FittedModel(est, best, card, keep)
 
 
-def compare(df, estimators: Sequence[str], by: str, shared: Optional[dict] = None
-            ) -> Comparison:
+def compare(df, estimators: Sequence[str], by: str, shared: Optional[dict] = None,
+            data_fp: Optional[str] = None) -> Comparison:
     """Each estimator's predictions with its ``by`` group held out (``df``: the usable
     frame), and the one kept: linear unless another's MAPE is ``PREFER_MARGIN`` lower (the
     lowest); with its RMS log errors, a group held out and a configuration held out (its
-    configurations dealt into ``LOCO_FOLDS`` folds): the uncertainties a plan states."""
+    configurations dealt into ``LOCO_FOLDS`` folds): the uncertainties a plan states.
+    ``data_fp``: ``fingerprint(df)`` where the caller has it."""
     import numpy as np
 
     shared = {} if shared is None else shared
@@ -735,7 +742,7 @@ def compare(df, estimators: Sequence[str], by: str, shared: Optional[dict] = Non
     loco = loco[~np.isnan(loco)]
     sigma_loco = float(np.sqrt(np.mean(loco ** 2))) if len(loco) else sigma
     return Comparison(
-        estimators=list(estimators), data_fingerprint=fingerprint(df),
+        estimators=list(estimators), data_fingerprint=data_fp or fingerprint(df),
         feature_version=F.FEATURE_VERSION, estimator=best, held_out_by=by,
         held_out_mape={k: None if v != v else round(float(v), 4) for k, v in scores.items()},
         rows=int(len(df)), held_out_rows=int(len(df)), sigma_log=round(sigma_loco, 4),
@@ -748,18 +755,19 @@ def compare(df, estimators: Sequence[str], by: str, shared: Optional[dict] = Non
 SHIPPED_COMPARISON = Path(__file__).resolve().parent.parent / "data" / "quick-comparison.json"
 
 
-def shipped_comparison(df, estimators: Sequence[str], by: str) -> Optional[Comparison]:
+def shipped_comparison(df, estimators: Sequence[str], by: str,
+                       data_fp: Optional[str] = None) -> Optional[Comparison]:
     """The shipped comparison where it is of this fit: the same estimators on the same
-    measurements (``df``, the usable frame: its fingerprint) and features (their version),
-    holding out the same groups; None otherwise (a store with runs of its own, an older
-    file)."""
+    measurements (``df``, the usable frame: its fingerprint, ``data_fp`` where the caller
+    has it) and features (their version), holding out the same groups; None otherwise (a
+    store with runs of its own, an older file)."""
     try:
         shipped = Comparison.model_validate_json(SHIPPED_COMPARISON.read_text())
     except (OSError, ValueError):
         return None
     if (shipped.estimators == list(estimators) and shipped.held_out_by == by
             and shipped.feature_version == F.FEATURE_VERSION
-            and shipped.data_fingerprint == fingerprint(df)):
+            and shipped.data_fingerprint == (data_fp or fingerprint(df))):
         return shipped
     return None
 
@@ -771,8 +779,7 @@ def write_shipped_comparison(path: Optional[Path] = None) -> Comparison:
     from ..results import load_frame
 
     df = usable(training_frame(load_frame(None, include_shipped=True)))
-    by = "workload" if df["workload"].nunique() >= 2 else "configuration"
-    result = compare(df, QUICK_ESTIMATORS, by)
+    result = compare(df, QUICK_ESTIMATORS, held_out_groups(df))
     (path or SHIPPED_COMPARISON).write_text(result.model_dump_json(indent=1) + "\n")
     return result
 
@@ -1123,8 +1130,7 @@ def _still_compared(meta: dict[str, Any], frame) -> Optional[ModelCard]:
     compared = card.held_out_rows or card.rows
     grown = set(card.families) <= set(frame["workload"].astype(str)) \
         and set(card.targets) <= set(target_id(frame))
-    by = "workload" if frame["workload"].nunique() >= 2 else "configuration"
-    if grown and card.held_out_by == by and compared <= len(frame) <= compared * (
+    if grown and card.held_out_by == held_out_groups(frame) and compared <= len(frame) <= compared * (
             1 + REFRESH_SHARE):
         return card
     return None

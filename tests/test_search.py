@@ -475,13 +475,14 @@ def test_a_choice_on_one_round_is_checked_against_a_second_stock_trial():
 
 
 def _compiling(steps_s: dict, outside: float = 0.0, compiled=(BOTH,),
-               capped_outside: Optional[float] = None):
+               capped_outside: Optional[float] = None, clocked: bool = False):
     """A trial runner whose configurations' n-th trials run ``steps_s[c][n]`` seconds a
     step after a 3.1 s start-up, the ``compiled`` ones after a 60 s compilation; a trial
     that its cap stops ends 0.12 s past it.  Each costs ``outside`` seconds more than the
     runtime's clock (the job path's), a capped one ``capped_outside`` (its processes end
-    on the way out).  Returns (run, trials run so far by configuration, each trial's
-    (configuration, cap))."""
+    on the way out).  ``clocked``: a capped trial records its runtime's clock, as the
+    record does since MODAK 0.2 (before, only one that measured a step time).  Returns
+    (run, trials run so far by configuration, each trial's (configuration, cap))."""
     seen: dict = {}
     caps: list = []
 
@@ -494,10 +495,92 @@ def _compiling(steps_s: dict, outside: float = 0.0, compiled=(BOTH,),
             after = outside if capped_outside is None else capped_outside
             return Trial(config, 1, None, 0.0, cap + 0.12 + after, None,
                          f"stopped at its time cap of {cap:g} s: nothing measured",
-                         capped=True, startup_s=3.1)
+                         capped=True, startup_s=3.1, runtime_s=cap + 0.12 if clocked else 0.0)
         return Trial(config, steps, s, warm, clock + outside, 4.5, startup_s=3.1,
                      runtime_s=clock)
     return run, seen, caps
+
+
+def test_a_compilation_its_cap_stopped_is_not_tried_again_at_a_cap_as_short(monkeypatch):
+    """A user's diffusion MLP through Slurm and Charliecloud: torch.compile's trial was
+    stopped at its 9.5 s cap after one step, still compiling, and the same compilation with
+    jemalloc was then given 9.9 s, and stopped too: 20 s of a 49 s budget measured nothing.
+    A compiled candidate is no longer tried after a trial of its compiler in its image was
+    stopped while compiling, unless its own cap is 1.5x as long; its share goes to the
+    candidates after it."""
+    jem = Configuration(image=IMAGE, threads=2, compiler="torch.compile:default",
+                        allocator="jemalloc")
+    figures = {STOCK: [0.1] * 4, TCMALLOC: [0.098] * 3, COMPILE: [0.05], jem: [0.05]}
+    run, seen, caps = _compiling(figures, compiled=(COMPILE, jem), clocked=True)
+    kw = dict(job_steps=3000, budget_s=60.0, first_steps=10)
+    out = search([COMPILE, jem, TCMALLOC], STOCK, run, **kw)
+    assert [c for c, _ in caps][:3] == [STOCK, COMPILE, TCMALLOC] and jem not in seen
+    assert out.trials[1].capped and out.trials[2].configuration == TCMALLOC
+    why = out.verdicts[jem.label()]
+    assert why.startswith("not tried: compiler=torch.compile:default was still compiling")
+    assert f"{COMPILE.label()} stopped at its cap" in why
+    assert out.chosen == STOCK and out.spent_s <= out.budget_s
+    # before: the second compilation ran to its cap as well, and measured nothing either
+    seen.clear()
+    caps.clear()
+    monkeypatch.setattr(search_module, "RECOMPILE_SHARE", 0.0)
+    old = search([COMPILE, jem, TCMALLOC], STOCK, run, **kw)
+    assert [c for c, _ in caps][:4] == [STOCK, COMPILE, jem, TCMALLOC]
+    assert old.verdicts[jem.label()].startswith("failed: stopped at its time cap")
+    # (what it spent went to the next candidate's rounds)
+    measured = [t.configuration for t in out.trials if t.s_per_step]
+    assert measured.count(TCMALLOC) > [t.configuration for t in old.trials
+                                       if t.s_per_step].count(TCMALLOC)
+
+
+def test_a_trial_its_cap_stopped_while_compiling_reaches_the_search_with_its_clock():
+    """modak_record's ``measured`` of a capped record without a step time (the user's
+    diffusion MLP's, its runtime's figures) carries the clock, and the search's trial of it
+    is capped, failed, and clocked; a failed run's is still none."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_record import measured
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    from modak_runtime.record import loss_figures
+    error = {"type": "TimeCap", "knob": None, "message": "stopped at its time cap of 9.5 s "
+             "(MODAK_MAX_SECONDS) after 1 step, before a steady step time, in the warm-up "
+             "where torch.compile:default compiles: nothing measured"}
+    rec = {"status": "capped", "error": error, "configuration": COMPILE.model_dump(mode="json"),
+           "metrics": {"steps": 1, "startup_s": 3.455, "wall_s": 9.53, "s_per_step": None}}
+    m = measured(rec, loss_figures)
+    assert (m["s_per_step"], m["steps"], m["startup_s"], m["runtime_s"]) == (None, 1, 3.455,
+                                                                             9.53)
+    assert measured(dict(rec, status="failed"), loss_figures) is None
+    trial = ActionModule._trial({**rec, "measured": m, "elapsed_s": 12.3}, Trial,
+                                Configuration, STOCK)
+    assert trial.capped and trial.failed and trial.s_per_step is None
+    assert (trial.runtime_s, trial.startup_s, trial.wall_s) == (9.53, 3.455, 12.3)
+    jem = COMPILE.model_copy(update={"allocator": "jemalloc"})
+    assert search_module.compiling_in(jem, [trial], 9.9)
+
+
+def test_which_compilations_a_capped_one_rules_out():
+    """Only the same compiler in the same image, at a cap under 1.5x the clock of the trial
+    stopped while compiling, and only after its start-up; a record without the clock (an
+    older MODAK's) rules out nothing."""
+    capped = Trial(COMPILE, 1, None, 0.0, 10.5, None, "stopped at its time cap",
+                   capped=True, startup_s=3.5, runtime_s=9.5)
+    jem = Configuration(image=IMAGE, threads=2, compiler="torch.compile:default",
+                        allocator="jemalloc")
+    assert search_module.compiling_in(jem, [capped], 9.9)
+    assert search_module.compiling_in(BOTH, [capped], 14.2)  # (bf16: the same compiler)
+    assert search_module.compiling_in(jem, [capped], 14.3) is None  # (1.5x its 9.5 s)
+    other_mode = jem.model_copy(update={"compiler": "torch.compile:reduce-overhead"})
+    other_image = jem.model_copy(update={"image": "pytorch-2.13.0-cpu-src"})
+    for c in (other_mode, other_image, TCMALLOC):
+        assert search_module.compiling_in(c, [capped], 9.9) is None, c.label()
+    assert search_module.compiling_in(jem, [capped], None) is None  # (no cap: no budget)
+    for t in (replace(capped, runtime_s=0.0), replace(capped, runtime_s=3.0),
+              replace(capped, capped=False), replace(capped, s_per_step=0.05)):
+        assert search_module.compiling_in(jem, [t], 9.9) is None, t
 
 
 def test_stocks_second_trial_is_capped_at_what_the_budget_has_left():

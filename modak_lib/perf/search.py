@@ -123,6 +123,11 @@ TRIAL_SCATTER = 0.086
 # of a first round's candidates, at most this many compiled ones never measured here: they
 # share one unknown, the compilation's time, and a budget that cannot pay it caps them all
 MAX_UNMEASURED_COMPILED = 2
+# a compiled candidate is not tried after another trial of the same compiler in the same
+# image was stopped at its cap while compiling, unless its own cap is this many times the
+# time that trial ran (on the runtime's clock): the compilation is the same work whatever
+# the allocator, and a cap as short stops it too (:func:`compiling_in`)
+RECOMPILE_SHARE = 1.5
 
 
 def first_round(ranked: Sequence[tuple[Configuration, bool]], k: int,
@@ -283,6 +288,30 @@ def refused_in(configuration: Configuration, done: Sequence[Trial]) -> Optional[
                 shown = getattr(value, "value", value)
                 return (f"not tried: {knob}={shown} was not applied to this script in the "
                         f"trial of {t.configuration.label()} ({why})")
+    return None
+
+
+def compiling_in(configuration: Configuration, done: Sequence[Trial],
+                 cap: Optional[float]) -> Optional[str]:
+    """Why ``configuration`` is not tried at its time cap ``cap`` after the trials ``done``
+    (None: it may be): it is compiled, and a trial in the same image with the same compiler
+    was stopped at its cap before it measured a step time, after its start-up (so while
+    compiling), having run less than ``cap`` / :data:`RECOMPILE_SHARE` on the runtime's
+    clock.  A user's diffusion MLP here: torch.compile capped at 9.5 s after one step, and
+    the same compilation with jemalloc was then capped at 9.9 s, both measuring nothing.
+    A trial that recorded no clock (``runtime_s``) says nothing."""
+    if not configuration.compiler or cap is None:
+        return None
+    for t in done:
+        c = t.configuration
+        if (t.capped and t.s_per_step is None and c.image == configuration.image
+                and c.compiler == configuration.compiler
+                and t.runtime_s > max(t.startup_s, 0.0)
+                and cap < RECOMPILE_SHARE * t.runtime_s):
+            return (f"not tried: compiler={c.compiler} was still compiling this script when "
+                    f"the trial of {c.label()} stopped at its cap, {t.runtime_s:.1f} s into "
+                    f"its run; this trial's share, {cap:.1f} s, is not "
+                    f"{RECOMPILE_SHARE:g}x that")
     return None
 
 
@@ -509,7 +538,10 @@ class Halving:
         Nor is a candidate with a knob at the value an earlier trial of the round found the
         runtime could not apply to this script (:func:`refused_in`): its trial would measure
         another configuration than its own (the planner no longer offers it either, and
-        planning its trial failed in the middle of the deploy)."""
+        planning its trial failed in the middle of the deploy).  Nor a compiled candidate
+        whose compiler an earlier trial in its image was still running when its cap stopped
+        it, where this one's cap is not :data:`RECOMPILE_SHARE` times as long
+        (:func:`compiling_in`): its share goes to the candidates after it."""
         if configuration == self.stock:
             return None
         why = refused_in(configuration, done)
@@ -518,6 +550,10 @@ class Halving:
         earlier = self.last.get(configuration)
         if earlier is not None and earlier.s_per_step is not None:
             return None  # (capped, it keeps what it measured: see ``record``)
+        why = compiling_in(configuration, [*self.out.trials, *done],
+                           self.cap(configuration, done))
+        if why:
+            return why
         left, waiting, budget, base = self._share(done)
         if configuration not in waiting or \
                 waiting.index(configuration) < self._afforded(left, waiting, base):

@@ -93,8 +93,6 @@ class ActionModule(ActionBase):
             except ModelError as exc:
                 refit = "skipped: %s" % exc
         last = records[-1]
-        m = last.get("metrics") or {}
-        s_per_step = m.get("s_per_step")
         pred = (plan["candidates"][0].get("prediction") or {}) if plan.get("candidates") else {}
         result.update(changed=bool(new), recorded=len(new), store=str(store.path), refit=refit,
                       status=last.get("status"), error=last.get("error"),
@@ -102,13 +100,22 @@ class ActionModule(ActionBase):
                       not_applied=last.get("not_applied") or {},
                       effect=last.get("effect") or {},
                       fingerprint=(last.get("fingerprint") or {}).get("id"),
-                      measured={"steps_per_s": m.get("steps_per_s"), "s_per_step": s_per_step,
-                                "samples_per_s": m.get("samples_per_s"),
-                                "warmup_s": m.get("warmup_s"), "steps": m.get("steps"),
-                                "final_loss": m.get("final_loss"),
-                                # (an image's runtime before them: from its losses)
-                                **loss_figures(m),
-                                "startup_s": m.get("startup_s"),
-                                "runtime_s": m.get("wall_s")} if s_per_step else None,
+                      measured=measured(last, loss_figures),
                       predicted_s_per_step=pred.get("seconds"))
         return result
+
+
+def measured(record, loss_figures):
+    """The module's ``measured``: a run's speed, losses and clock from its record, or None
+    where it measured no step time; except a trial stopped at its time cap, whose clock
+    (without a step time) tells the search how long its compilation ran at least."""
+    m = record.get("metrics") or {}
+    if not m.get("s_per_step") and record.get("status") != "capped":
+        return None
+    return {"steps_per_s": m.get("steps_per_s"), "s_per_step": m.get("s_per_step"),
+            "samples_per_s": m.get("samples_per_s"),
+            "warmup_s": m.get("warmup_s"), "steps": m.get("steps"),
+            "final_loss": m.get("final_loss"),
+            # (an image's runtime before them: from its losses)
+            **loss_figures(m),
+            "startup_s": m.get("startup_s"), "runtime_s": m.get("wall_s")}

@@ -55,7 +55,10 @@ description:
     is what stock's trial in the round took on the runtime's clock to measure a step time
     (the script's start-up, its warm-up and two steps; at least one second), plus twice
     the job path's time outside that clock, since a shorter share ends before any
-    configuration measures one.
+    configuration measures one. Nor is a compiled candidate tried after a trial of the
+    same compiler in the same image was stopped at its cap while compiling (its
+    C(measured.runtime_s) past its C(measured.startup_s), no step time), unless its own cap
+    is 1.5x that trial's C(measured.runtime_s); its share goes to the candidates after it.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.
@@ -191,7 +194,9 @@ skip:
     - With O(cap_for) - why that trial is not to run (what the budget has left does not
       afford it the shortest cap after the better-ranked, and it has nothing measured to
       keep; or an earlier trial of the round, in the same image, found one of its knobs at
-      the same value not applicable to the script), empty where it runs. The playbook then
+      the same value not applicable to the script; or an earlier trial of its compiler, in
+      the same image, was stopped at its cap while compiling, and its own cap is not 1.5x
+      as long), empty where it runs. The playbook then
       records it in O(record) with C(status=skipped) and this as C(error.message).
   returned: with cap_for
   type: str

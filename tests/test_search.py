@@ -323,14 +323,19 @@ def test_the_first_round_is_cut_to_what_its_budget_affords():
 
 def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():
     """The rounds are paired (stock runs beside the candidates in each): a candidate that
-    wins the last round but lost to stock in an earlier one is noise, not a speed-up."""
+    wins the last round but lost to stock in an earlier one is noise, not a speed-up.  So
+    one that lost a round does not go on to the next (a user's diffusion MLP: jemalloc,
+    0.88x stock in round 1 and the only candidate measured, ran round 2 beside stock for
+    nothing)."""
     # round 1 stock 0.040 s/step and tcmalloc 0.045 (the better of the two candidates);
-    # round 2 ran slow for stock (0.050), and tcmalloc's 0.046 beats it
+    # round 2 would run slow for stock (0.050), and tcmalloc's 0.046 would beat it
     mixed = {STOCK: [0.040, 0.050], TCMALLOC: [0.045, 0.046], BF16: [0.060, 0.060]}
     out = search([TCMALLOC, BF16], STOCK, by_round(mixed), job_steps=1000, budget_s=600,
                  max_rounds=2)
-    assert out.rounds == 2 and out.chosen == STOCK
-    assert "not faster than stock in round 1" in out.verdicts[TCMALLOC.label()]
+    assert out.rounds == 1 and out.chosen == STOCK and len(out.trials) == 3
+    assert out.verdicts[TCMALLOC.label()].startswith(
+        "dropped in round 1: not faster than stock in round 1 (45 s for the job against "
+        "stock's 40 s); a candidate must beat stock in every round")
     faster = {STOCK: [0.040, 0.050], TCMALLOC: [0.035, 0.046], BF16: [0.060, 0.060]}
     out = search([TCMALLOC, BF16], STOCK, by_round(faster), job_steps=1000, budget_s=600,
                  max_rounds=2)
@@ -370,13 +375,15 @@ def test_a_round_the_budget_cuts_short_does_not_undo_an_earlier_win():
 
 def test_a_gain_within_the_margin_keeps_stock():
     """A candidate must beat stock by ``min_gain`` in every round the two ran side by side:
-    2% faster in both rounds is within what two single trials scatter by."""
+    2% faster in both rounds is within what two single trials scatter by (and after the
+    first, it does not go on)."""
     close = {STOCK: [0.050, 0.050], TCMALLOC: [0.049, 0.049], BF16: [0.060, 0.060]}
     out = search([TCMALLOC, BF16], STOCK, by_round(close), job_steps=1000, budget_s=600,
                  max_rounds=2)
-    assert out.rounds == 2 and out.chosen == STOCK
+    assert out.rounds == 1 and out.chosen == STOCK
     why = out.verdicts[TCMALLOC.label()]
-    assert "2.0% faster than stock in round 1" in why and "less than the 3%" in why
+    assert why.startswith("dropped in round 1: 2.0% faster than stock in round 1") and \
+        "less than the 3% a gain must clear; a candidate must beat stock" in why
     # the margin is the caller's: none, and the 2% gain is taken
     out = search([TCMALLOC, BF16], STOCK, by_round(close), job_steps=1000, budget_s=600,
                  max_rounds=2, min_gain=0.0, scatter=0.0)
@@ -510,7 +517,7 @@ def test_a_compilation_its_cap_stopped_is_not_tried_again_at_a_cap_as_short(monk
     candidates after it."""
     jem = Configuration(image=IMAGE, threads=2, compiler="torch.compile:default",
                         allocator="jemalloc")
-    figures = {STOCK: [0.1] * 4, TCMALLOC: [0.098] * 3, COMPILE: [0.05], jem: [0.05]}
+    figures = {STOCK: [0.1] * 4, TCMALLOC: [0.09] * 3, COMPILE: [0.05], jem: [0.05]}
     run, seen, caps = _compiling(figures, compiled=(COMPILE, jem), clocked=True)
     kw = dict(job_steps=3000, budget_s=60.0, first_steps=10)
     out = search([COMPILE, jem, TCMALLOC], STOCK, run, **kw)
@@ -519,7 +526,7 @@ def test_a_compilation_its_cap_stopped_is_not_tried_again_at_a_cap_as_short(monk
     why = out.verdicts[jem.label()]
     assert why.startswith("not tried: compiler=torch.compile:default was still compiling")
     assert f"{COMPILE.label()} stopped at its cap" in why
-    assert out.chosen == STOCK and out.spent_s <= out.budget_s
+    assert out.chosen == TCMALLOC and out.spent_s <= out.budget_s
     # before: the second compilation ran to its cap as well, and measured nothing either
     seen.clear()
     caps.clear()

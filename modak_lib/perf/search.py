@@ -2,7 +2,9 @@
 
 Successive halving (Jamieson and Talwalkar; Li et al.'s Hyperband uses it as its inner loop):
 every candidate runs a short trial; the better half (by the time the job would take with
-it) runs again, twice as long; and so on, while the trial budget lasts.  Here:
+it) runs again, twice as long; and so on, while the trial budget lasts.  Of the better
+half, one that already lost a round to stock (below: it cannot be chosen) does not go on.
+Here:
 
 - **stock is always a candidate** and is never dropped, so that every choice is measured
   against it in the same rounds; the others are the model's best-ranked, at most two of
@@ -709,7 +711,17 @@ class Halving:
         for secs, c in ranked[keep:]:
             out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {secs:.0f} s for the "
                                        f"job, the better {keep} went on")
-        self.pool = [self.stock] + [c for _, c in ranked[:keep]]
+        # one that lost a round to stock cannot be chosen (:meth:`_lost_to_stock`): its
+        # trials in later rounds would spend the budget on nothing
+        going = []
+        for _, c in ranked[:keep]:
+            lost = self._lost_a_round(c)
+            if lost:
+                out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {lost}; a "
+                                           f"candidate must beat stock in every round")
+            else:
+                going.append(c)
+        self.pool = [self.stock] + going
         if self.finished:
             return
         if len(self.pool) == 1 or (len(self.pool) == 2 and out.rounds > 1 and
@@ -816,22 +828,30 @@ class Halving:
     def _needed(self, rounds: int) -> float:
         return scatter_gain(rounds, self.scatter)
 
+    def _lost_a_round(self, c: Configuration) -> Optional[str]:
+        """The first round in which ``c`` and stock ran side by side and ``c`` would not
+        have made the job ``min_gain`` faster, said (None: none): it is not trusted to be
+        faster whatever it measures after (:meth:`_lost_to_stock`)."""
+        for n, mine, stock, other in self._side_by_side(c):
+            again = f" in its trial in round {other}, the faster" if other else ""
+            if mine >= stock:
+                return (f"not faster than stock in round {n} ({mine:.0f} s for the job "
+                        f"against stock's {stock:.0f} s{again})")
+            if not clears_margin(mine, stock, self.min_gain):
+                return (f"{1.0 - mine / stock:.1%} faster than stock in round {n} ({mine:.0f} s "
+                        f"for the job against stock's {stock:.0f} s{again}), less than the "
+                        f"{100 * self.min_gain:g}% a gain must clear")
+        return None
+
     def _lost_to_stock(self, c: Configuration) -> Optional[str]:
         """Why ``c`` is not trusted to be faster than stock: a round in which the two ran
         side by side and ``c`` would not have made the job ``min_gain`` faster, or an
         average gain over those rounds within their scatter (None: it is trusted)."""
+        lost = self._lost_a_round(c)
+        if lost:
+            return lost + (": not consistently faster, stock kept" if lost.startswith("not")
+                           else ": within what two trials scatter by, stock kept")
         pairs = self._side_by_side(c)
-        for n, mine, stock, other in pairs:
-            again = f" in its trial in round {other}, the faster" if other else ""
-            if mine >= stock:
-                return (f"not faster than stock in round {n} ({mine:.0f} s for the job "
-                        f"against stock's {stock:.0f} s{again}): not consistently faster, "
-                        f"stock kept")
-            if not clears_margin(mine, stock, self.min_gain):
-                return (f"{1.0 - mine / stock:.1%} faster than stock in round {n} ({mine:.0f} s "
-                        f"for the job against stock's {stock:.0f} s{again}), less than the "
-                        f"{100 * self.min_gain:g}% a gain must clear: within what two trials "
-                        f"scatter by, stock kept")
         if pairs and self.scatter > 0:
             mean = sum(math.log(stock / mine) for _, mine, stock, _ in pairs) / len(pairs)
             gain, need = 1.0 - math.exp(-mean), self._needed(len(pairs))

@@ -15,8 +15,9 @@ description:
   - Runs on the controller (an action plugin). Successive halving over the plan's candidates
     with stock always among them - each round runs short trials of the user's script through
     the job path (the playbook does), this step records their figures and says which
-    candidates go on for twice as many steps, until one is left, the results are clear, the
-    rounds run out or the next round would exceed the budget.
+    candidates go on for twice as many steps (the better half, less those that already lost
+    a round to stock by the rules below and so cannot be chosen), until one is left, the
+    results are clear, the rounds run out or the next round would exceed the budget.
   - A candidate whose loss after its trial is worse than stock's beyond O(loss_tolerance)
     is rejected as changing the result (the losses the runtime sampled over the trial's
     second half, averaged, against stock's over the same steps; the last ones for a record

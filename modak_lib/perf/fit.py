@@ -675,7 +675,7 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
         raise ModelError(f"too little data to fit: {len(df)} measurements with fingerprints "
                          f"and target figures, of {n_cfg} configurations (need 8 and 3)")
     by = held_out_groups(df, by)
-    data_fp = fingerprint(df)  # (a second or so on the shipped data: once a fit)
+    data_fp = fingerprint(df)  # (once a fit: the shipped comparison, compare and the card)
     shared: dict = {}
     if carry is None:
         carry = shipped_comparison(df, estimators, by, data_fp)
@@ -1130,7 +1130,7 @@ def _still_compared(meta: dict[str, Any], frame) -> Optional[ModelCard]:
     compared = card.held_out_rows or card.rows
     grown = set(card.families) <= set(frame["workload"].astype(str)) \
         and set(card.targets) <= set(target_id(frame))
-    if grown and card.held_out_by == held_out_groups(frame) and compared <= len(frame) <= compared * (
-            1 + REFRESH_SHARE):
+    if grown and card.held_out_by == held_out_groups(frame) and \
+            compared <= len(frame) <= compared * (1 + REFRESH_SHARE):
         return card
     return None

@@ -308,7 +308,7 @@ def compiling_in(configuration: Configuration, done: Sequence[Trial],
         c = t.configuration
         if (t.capped and t.s_per_step is None and c.image == configuration.image
                 and c.compiler == configuration.compiler
-                and t.runtime_s > max(t.startup_s, 0.0)
+                and t.runtime_s > t.startup_s
                 and cap < RECOMPILE_SHARE * t.runtime_s):
             return (f"not tried: compiler={c.compiler} was still compiling this script when "
                     f"the trial of {c.label()} stopped at its cap, {t.runtime_s:.1f} s into "
@@ -717,7 +717,7 @@ class Halving:
         for _, c in ranked[:keep]:
             lost = self._lost_a_round(c)
             if lost:
-                out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {lost}; a "
+                out.verdicts[c.label()] = (f"dropped in round {out.rounds}: {lost[0]}; a "
                                            f"candidate must beat stock in every round")
             else:
                 going.append(c)
@@ -828,19 +828,21 @@ class Halving:
     def _needed(self, rounds: int) -> float:
         return scatter_gain(rounds, self.scatter)
 
-    def _lost_a_round(self, c: Configuration) -> Optional[str]:
+    def _lost_a_round(self, c: Configuration) -> Optional[tuple[str, str]]:
         """The first round in which ``c`` and stock ran side by side and ``c`` would not
-        have made the job ``min_gain`` faster, said (None: none): it is not trusted to be
-        faster whatever it measures after (:meth:`_lost_to_stock`)."""
+        have made the job ``min_gain`` faster: (what it measured there, what that says),
+        None where there is none.  It is not trusted to be faster whatever it measures after
+        (:meth:`_lost_to_stock`)."""
         for n, mine, stock, other in self._side_by_side(c):
             again = f" in its trial in round {other}, the faster" if other else ""
             if mine >= stock:
                 return (f"not faster than stock in round {n} ({mine:.0f} s for the job "
-                        f"against stock's {stock:.0f} s{again})")
+                        f"against stock's {stock:.0f} s{again})", "not consistently faster")
             if not clears_margin(mine, stock, self.min_gain):
                 return (f"{1.0 - mine / stock:.1%} faster than stock in round {n} ({mine:.0f} s "
                         f"for the job against stock's {stock:.0f} s{again}), less than the "
-                        f"{100 * self.min_gain:g}% a gain must clear")
+                        f"{100 * self.min_gain:g}% a gain must clear",
+                        "within what two trials scatter by")
         return None
 
     def _lost_to_stock(self, c: Configuration) -> Optional[str]:
@@ -849,8 +851,7 @@ class Halving:
         average gain over those rounds within their scatter (None: it is trusted)."""
         lost = self._lost_a_round(c)
         if lost:
-            return lost + (": not consistently faster, stock kept" if lost.startswith("not")
-                           else ": within what two trials scatter by, stock kept")
+            return f"{lost[0]}: {lost[1]}, stock kept"
         pairs = self._side_by_side(c)
         if pairs and self.scatter > 0:
             mean = sum(math.log(stock / mine) for _, mine, stock, _ in pairs) / len(pairs)

@@ -8,6 +8,7 @@ writers never share a temporary name).  A name that is a link is refused, not fo
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -75,16 +76,77 @@ def write_atomic(directory: PathLike, name: str, data: Union[str, bytes],
             with open(path, "rb") as f:
                 if f.read() == raw:
                     return path
+    with _replacing(d, name) as f:
+        f.write(raw)
+        os.fchmod(f.fileno(), mode)
+    return path
+
+
+@contextlib.contextmanager
+def _replacing(d: Path, name: str):
+    """A new temporary file in ``d``, open for writing, renamed over ``d/name`` once the
+    block ends; removed if it fails."""
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            os.fchmod(f.fileno(), mode)
-        os.replace(tmp, path)
+            yield f
+        os.replace(tmp, d / name)
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
-    return path
+
+
+def pack(entries, path: PathLike) -> dict:
+    """Write ``entries`` (``(source, name, mode)``; ``mode`` None keeps the source's) as one
+    gzip'd tar at ``path``, to be unpacked into a run directory in one transfer.
+
+    Each name must be a relative path inside that directory (no ``..``, no absolute path, each
+    name once); each source must be a regular file, opened without following a link.  Members
+    are plain files owned by uid 0 with no user name (unpacked as whoever unpacks them), with
+    their source's modification time, in name order, in a gzip stream without a time stamp:
+    the same files make the same archive.  Returns the number of files and their bytes.
+    """
+    import gzip
+    import posixpath
+    import tarfile
+
+    seen = set()
+    files = []
+    for src, name, mode in entries:
+        parts = name.split("/")
+        if (not name or name.startswith("/") or posixpath.normpath(name) != name
+                or any(p in ("", ".", "..") for p in parts)):
+            raise UnsafePathError(f"{name!r}: not a relative path inside the run directory")
+        if name in seen:
+            raise UnsafePathError(f"{name!r}: named twice")
+        seen.add(name)
+        files.append((name, src, mode))
+    files.sort()
+    out = Path(path)
+    total = 0
+    with _replacing(ensure_dir(out.parent), out.name) as raw, \
+            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, src, mode in files:
+            try:
+                sfd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+            except OSError as exc:
+                raise UnsafePathError(f"{src}: cannot be read ({exc.strerror}); a "
+                                      "symbolic link is not followed") from exc
+            st = os.fstat(sfd)
+            if not stat.S_ISREG(st.st_mode):
+                os.close(sfd)
+                raise UnsafePathError(f"{src}: is not a regular file")
+            with os.fdopen(sfd, "rb") as f:
+                info = tarfile.TarInfo(name)
+                info.size = st.st_size
+                info.mode = stat.S_IMODE(st.st_mode) & 0o777 if mode is None else mode
+                info.mtime = int(st.st_mtime)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                tar.addfile(info, f)
+                total += st.st_size
+    return {"files": len(files), "bytes": total}

@@ -327,6 +327,12 @@ def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
     assert found, proc.stdout[-3000:]
     assert re.search(r"job \d+ COMPLETED \(exit code 0\)", proc.stdout), proc.stdout[-3000:]
     trials, rounds = int(found.group(2)), int(found.group(3))
+    # the model is refitted once, by the job's record, not after each trial (the search
+    # decides on what the trials measured)
+    models = re.findall(r"; model: ([^\"]*)", proc.stdout)
+    assert len(models) == trials + 1, models
+    assert models.count("not refitted (a trial: the job after the search refits)") == trials
+    assert models[-1].startswith(("refitted, ", "kept ")), models
     rows = deploy.store.rows()
     tried = [r for r in rows if r["source"] == "autotune"]
     (job,) = [r for r in rows if r["source"] != "autotune"]

@@ -46,6 +46,15 @@ def test_every_ai_framework_branch(framework, section, extra, expect):
         assert req.optimisation.compiler_modes == ("default", "max-autotune")
 
 
+def test_the_steps_the_job_runs_reach_the_plan():
+    doc = dsl(**{"job.optimisation.app_type-ai_training": {
+        "config": {"ai_framework": "pytorch", "steps": 600},
+        "ai_framework-pytorch": {"version": "2.13", "compile": True}}})
+    assert read_dsl(doc, "r.json").application.steps == 600
+    found = problems(dsl(**{"job.optimisation.app_type-ai_training.config.steps": 0}))
+    assert any(p == "job.optimisation.app_type-ai_training.config.steps" for p, _ in found), found
+
+
 def test_hpc_mpi_branch():
     doc = dsl(**{"job.optimisation": {
         "enable_opt_build": False, "app_type": "hpc",

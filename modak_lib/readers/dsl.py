@@ -104,6 +104,9 @@ class DslAiConfig(_M):
     parameters: Optional[PositiveInt] = None
     model: Optional[str] = Field(None, description="MODAK extension: model name (mnist-cnn)")
     batch_size: Optional[PositiveInt] = Field(None, description="MODAK extension")
+    steps: Optional[int] = Field(
+        None, gt=0, le=10_000_000_000, description="MODAK extension: the optimizer steps the "
+        "job runs (a compiler's warm-up and a search's budget are weighed against them)")
     allow_reduced_precision: bool = Field(False, description="MODAK extension: allow bf16")
 
 
@@ -238,7 +241,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             user_image = name.split("://", 1)[-1]
 
     fw, fw_version, keras_backend, compilers, modes = Framework.none, None, None, [], []
-    model = batch = None
+    model = batch = steps = None
     reduced = False
     if opt is not None and opt.ai_training is not None:
         ai = opt.ai_training
@@ -246,6 +249,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
         section = getattr(ai, ai.config.ai_framework)
         fw_version = section.version
         model, batch, reduced = ai.config.model, ai.config.batch_size, ai.config.allow_reduced_precision
+        steps = ai.config.steps
         if isinstance(section, DslTensorflow):
             compilers += [Compiler.xla] if section.xla else []
             compilers += [Compiler.ngraph] if section.ngraph else []
@@ -307,7 +311,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
         "application": {
             "framework": fw, "framework_version": fw_version, "keras_backend": keras_backend,
             "executable": executable, "script": script, "arguments": rest,
-            "model": model, "batch_size": batch,
+            "model": model, "batch_size": batch, "steps": steps,
             "app_type": opt.app_type if opt else "ai_training",
             "mpi_ranks": app.mpi_ranks, "threads": app.threads,
             "build": Build(**app.build.model_dump()) if app.build else None,

@@ -7,7 +7,9 @@ chosen, and times every call of the step function Keras makes for ``fit`` and
 notes the start of training.  A script's own loop on the TensorFlow backend (a
 ``GradientTape`` and the optimizer's ``apply_gradients``) is timed too: a step ends where
 the ``tf.function`` that applied the gradients returns (its loss is what it returns, alone
-or under ``"loss"``), or, in an eager loop, where they were applied.  On the torch backend
+or under ``"loss"``), or, in an eager loop, where they were applied; so is a plain
+TensorFlow loop whose ``tf.function`` takes the tape's gradient and updates the variables
+itself (an eager one without an optimizer is not).  On the torch backend
 an own loop (``backward()``, then the optimizer's ``apply``) ends a step at each apply, its
 loss the scalar ``backward`` was called on (torch_support notes it).  TensorFlow's threads
 are set when tensorflow is imported; plain TensorFlow gets XLA from ``TF_XLA_FLAGS`` (the
@@ -71,6 +73,10 @@ class _Keras:
         self.calls: list = []       # the tf.functions being called, outermost first
         # those that applied gradients, by id (held, so that no other takes a freed one's id)
         self.step_functions: dict[int, Any] = {}
+        # those that took a GradientTape's gradient without applying it through a Keras
+        # optimizer (a loop that updates its variables itself): steps while no function
+        # applied gradients
+        self.gradient_functions: dict[int, Any] = {}
         self.trained: Optional[list] = None    # the variables a custom loop trains
         self.pending_loss: Any = None  # the target of an eager loop's last GradientTape
         self.own_loop = False  # an eager loop of its own applied gradients (not TensorFlow)
@@ -209,7 +215,12 @@ class _Keras:
         """Time a script's own loop: the optimizer's ``apply`` (which ``apply_gradients``
         calls) marks the ``tf.function`` being traced around it as a step function, each
         call of which is then a step; applied eagerly, outside any, it ends a step itself.
-        Keras' own step function is left to ``make_train_function``'s clock."""
+        A ``tf.function`` that takes a ``GradientTape``'s gradient and updates the variables
+        itself (``assign_sub``: no Keras optimizer) is a step function too, while no
+        function applied gradients through an optimizer (a loop that accumulates gradients
+        in one function and applies them in another is timed by the second).  An eager loop
+        without an optimizer is not timed.  Keras' own step function is left to
+        ``make_train_function``'s clock."""
         me = self
         Optimizer = self.keras.optimizers.Optimizer
         apply = Optimizer.apply
@@ -220,6 +231,8 @@ class _Keras:
         def noted_gradient(tape, target, *args, **kwargs):
             if not me.calls and tf.executing_eagerly():  # (an eager loop's loss)
                 me.pending_loss = target
+            elif me.calls and not me.in_keras_step:  # (traced: the outermost tf.function)
+                me.gradient_functions[id(me.calls[0])] = me.calls[0]
             return gradient(tape, target, *args, **kwargs)
 
         def timed_apply(opt, *args, **kwargs):
@@ -241,7 +254,11 @@ class _Keras:
                 out = call(fn, *args, **kwargs)
             finally:
                 me.calls.pop()
-            if not me.calls and id(fn) in me.step_functions:
+            if not me.calls and (id(fn) in me.step_functions or (
+                    id(fn) in me.gradient_functions and not me.step_functions)):
+                if me.trained is None:  # (no optimizer named the variables it trains)
+                    me.s.training_started()
+                    me.trained = []
                 me.own_step(args[0] if args else None, out)
             return out
 

@@ -598,6 +598,26 @@ def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():
         in both.source
 
 
+def test_a_run_without_a_batch_size_or_fingerprint_does_not_break_the_fit():
+    """A plain TensorFlow loop's run: timed, but with no model for the runtime to
+    fingerprint, so no batch size either.  The measured medians leave it out (a plan looks
+    its batch size up), the fit leaves it out (no features), and the refit goes on; before,
+    its missing batch size raised from pandas and failed the record's refit."""
+    base = synthetic(noise=0.01, workloads=("resnet18",))
+    plain = {c: None for c in COLUMNS} | {
+        "recorded_at": "2026-11-22T00:00:00+00:00", "source": "deploy", "run_id": "rplain",
+        "workload": "train.py", "framework": "tensorflow", "status": "ok",
+        "compiler": "off", "threads": 2, "allocator": "glibc", "precision": "fp32",
+        "channels_last": 0, "onednn": 1, "image": "host", "microarchitecture": "zen4",
+        "cores": 2, "s_per_step": 0.0007, "steps_per_s": 1 / 0.0007}
+    df = pd.concat([base, pd.DataFrame([plain])], ignore_index=True)
+    groups = m.measured_groups(m.training_frame(df))
+    assert groups and not [g for g in groups if g["workload"] == "train.py"]
+    assert all(isinstance(g["batch_size"], int) for g in groups)
+    model = m.fit(df, estimators=("linear",))
+    assert model.card.rows == len(base)
+
+
 def test_a_later_plan_compares_the_searchs_trials_round_by_round_as_the_search_did():
     """Seen from an installed MODAK: the search ran stock and jemalloc side by side in three
     rounds seconds apart; jemalloc won the first and lost the next two, so the search kept

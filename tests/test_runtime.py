@@ -123,6 +123,25 @@ def test_a_keras_scripts_own_training_loop_is_timed(mode):
         assert xla["effect"]["compiled"] is False and xla["metrics"]["steps"] == 16
 
 
+def test_a_plain_tensorflow_loop_that_updates_its_variables_itself_is_timed():
+    """No Keras model nor optimizer: the tf.function that took the tape's gradient (and
+    assigned the updates itself) is the step, each call one, with the loss it returns (such
+    a run measured 0 steps before, and the store refused it).  The runtime sees no model to
+    fingerprint; the store keeps the run without one."""
+    need("tensorflow")
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3"}
+    rc0, plain, _, _ = run(SCRIPTS / "tf_plain_loop.py", env=env, runtime=False)
+    rc1, wrapped, rec, err = run(SCRIPTS / "tf_plain_loop.py", env=env)
+    assert rc0 == rc1 == 0, err
+    assert wrapped == plain and plain.count("loss") == 2
+    m = rec["metrics"]
+    assert m["steps"] == 16 and m["s_per_step"] > 0  # 2 epochs x 8 batches
+    assert round(dict(m["losses"])[16], 6) == float(plain.splitlines()[-1].split()[-1])
+    assert rec["fingerprint"]["id"] is None
+    row = row_from_fom(rec, source="deploy")
+    assert row["s_per_step"] == m["s_per_step"] and row["batch_size"] is None
+
+
 # ---------------------------------------------------------------------------
 # knobs in effect, as the record shows them
 def test_a_keras_loop_of_its_own_on_the_torch_backend_is_timed():

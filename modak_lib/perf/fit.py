@@ -881,6 +881,9 @@ def measured_groups(df) -> list[dict[str, Any]]:
         if k not in d:
             d[k] = None
         d[k] = d[k].astype(object).where(d[k].notna(), None)
+    # (a run that did not say one of them, as a plain TensorFlow loop's batch size where the
+    # runtime saw no model, is no plan's measurement: a plan looks its batch size up)
+    d = d[d[list(INT_KEYS)].notna().all(axis=1)]
     for k in INT_KEYS:
         d[k] = d[k].astype(float).round().astype(int)
     d["_y"] = d["y"].astype(float) if "y" in d else np.log(d["s_per_step"].astype(float))

@@ -651,7 +651,7 @@ BUILD_PLAY = """
         mode: "0640"
         content: |
           FROM localhost/debian:bookworm
-          RUN sleep 25
+          RUN echo %(tag)s >/first && sleep %(first)s
           RUN echo %(tag)s > /tag && sleep 4
     - modak.modak.modak_image:
         runtime: podman
@@ -667,7 +667,9 @@ def test_an_interrupted_build_goes_on_and_the_next_run_attaches_to_it(frontend, 
     tag = "t" + uuid.uuid4().hex[:8]
     build_dir = f"/home/hpcuser/modak-test-build-{tag}"
     play = tmp_path / "build.yml"
-    play.write_text(BUILD_PLAY % {"dir": build_dir, "tag": tag})
+    # (every step its own, not in the builder's cache: a first step cached by an earlier
+    # run whose image was not removed made the build end before the second run attached)
+    play.write_text(BUILD_PLAY % {"dir": build_dir, "tag": tag, "first": 25})
     argv = ["ansible-playbook", "-i", "inventories/local", str(play)]
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     first = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True,
@@ -705,8 +707,7 @@ def test_a_killed_build_is_cleaned_up_and_built_again(frontend, tmp_path):
     build_dir = f"/home/hpcuser/modak-test-build-{tag}"
     play = tmp_path / "build.yml"
     # a step of its own (not in the builder's cache), killed while it runs
-    play.write_text((BUILD_PLAY % {"dir": build_dir, "tag": tag}).replace(
-        "RUN sleep 25", f"RUN echo {tag} >/first && sleep 20"))
+    play.write_text(BUILD_PLAY % {"dir": build_dir, "tag": tag, "first": 20})
     argv = ["ansible-playbook", "-i", "inventories/local", str(play)]
     env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
     before = set(_working_containers())

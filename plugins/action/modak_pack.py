@@ -25,8 +25,10 @@ ARGS = dict(
 
 def _mode(value, dest):
     """A member's mode: None (the source's), an int, or an octal string such as "0750"."""
-    if value is None or isinstance(value, int):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, int):  # (YAML's 0750)
+        return value & 0o777
     try:
         return int(str(value), 8) & 0o777
     except ValueError:

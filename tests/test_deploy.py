@@ -834,6 +834,18 @@ def test_twenty_submitters_of_one_run_at_once_submit_one_job(frontend, tmp_path)
     assert '"submitted": false' in again.stdout
 
 
+def _job_module(work, sched, run_id, args):
+    """The modak_job module run on its own for job.sh in ``work``: its result and its
+    warnings (one line)."""
+    proc = subprocess.run(
+        ["ansible", "localhost", "-c", "local", "-m", "modak.modak.modak_job", "-a",
+         f"workdir={work} script=job.sh scheduler={sched} run_id={run_id} stdout=job.out "
+         + args], cwd=ROOT, env=dict(os.environ, ANSIBLE_NOCOLOR="1"), capture_output=True,
+        text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    return json.loads(proc.stdout.split("=>", 1)[1]), " ".join(proc.stderr.split())
+
+
 @pytest.mark.parametrize("sched", ["slurm", "pbs", "local"])
 def test_a_run_whose_record_was_lost_after_its_job_ended_is_not_submitted_again(
         frontend, tmp_path, sched):
@@ -853,16 +865,9 @@ def test_a_run_whose_record_was_lost_after_its_job_ended_is_not_submitted_again(
         directives=[], exports={}, launch="echo trained", source="test", chosen="stock",
         decided_by="test", run_id=run_id, job_id_vars=spec.job_id_vars,
         submit_dir_vars=spec.submit_dir_vars))
-    env = dict(os.environ, ANSIBLE_NOCOLOR="1")
 
     def job():
-        proc = subprocess.run(
-            ["ansible", "localhost", "-c", "local", "-m", "modak.modak.modak_job", "-a",
-             f"workdir={work} script=job.sh scheduler={sched} run_id={run_id} "
-             "stdout=job.out state=ended poll=1 timeout=120"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        return json.loads(proc.stdout.split("=>", 1)[1]), " ".join(proc.stderr.split())
+        return _job_module(work, sched, run_id, "state=ended poll=1 timeout=120")
 
     first, _ = job()
     assert first["submitted"] and first["state"] == "COMPLETED", first
@@ -879,6 +884,49 @@ def test_a_run_whose_record_was_lost_after_its_job_ended_is_not_submitted_again(
     assert again["state"] == "COMPLETED"
     assert (work / "job.out").read_text() == output  # (the job did not run again)
     assert json.loads((work / ".modak-job.json").read_text())["job_id"] == first["job_id"]
+
+
+def test_a_pbs_run_whose_record_was_lost_while_its_job_was_queued_is_not_submitted_again(
+        frontend, tmp_path):
+    """Under PBS (here Slurm's Torque wrappers), a job still queued has printed nothing and
+    PBS keeps no comment: the job's name, rendered with the run id, finds it in `qstat -f`,
+    so a deploy that lost the record adopts the queued job rather than submitting another."""
+    from modak_lib.models import JobOptions
+    from modak_lib.render import render_job_script
+    from modak_lib.schedulers import SCHEDULERS
+    from modak_lib.schedulers.base import Resources
+
+    spec = SCHEDULERS["pbs"]
+    run_id = "r" + uuid.uuid4().hex[:11]
+    work = tmp_path / "run"
+    work.mkdir()
+    res = Resources(nodes=1, tasks_per_node=1, cpus_per_task=1, gpus_per_node=0,
+                    walltime_s=300, memory_gb=None, partition=None, stdout="job.out",
+                    stderr=None)
+    directives = spec.directives(JobOptions(job_name="lost-queued"), res, run_id=run_id)
+    # (held by Slurm under the wrappers, so that it stays queued for the test)
+    (work / "job.sh").write_text(render_job_script(
+        directives=directives + ["#SBATCH --hold"], exports={}, launch="echo trained",
+        source="test", chosen="stock", decided_by="test", run_id=run_id,
+        job_id_vars=spec.job_id_vars, submit_dir_vars=spec.submit_dir_vars))
+
+    def submit():
+        return _job_module(work, "pbs", run_id, "state=submitted")
+
+    first, _ = submit()
+    ids = {first["job_id"]}
+    try:
+        assert first["submitted"], first
+        (work / ".modak-job.json").unlink()
+        again, warned = submit()
+        ids.add(again["job_id"])
+        assert again["job_id"] == first["job_id"] and not again["submitted"], again
+        assert re.search(rf"the record of run {run_id} was lost; its job {first['job_id']}, "
+                         r"found by its run id, was adopted", warned), warned
+        listed = subprocess.run(["qstat", "-f"], capture_output=True, text=True)
+        assert listed.stdout.count(f"lost-queued-{run_id}") == 1, listed.stdout
+    finally:
+        subprocess.run(["qdel", *ids], capture_output=True)
 
 
 def test_the_frontends_podman_mounts_an_image_rather_than_copying_it(frontend):

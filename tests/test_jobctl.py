@@ -303,6 +303,53 @@ def test_find_a_job_by_its_run(sched, listing, found, commands):
     assert control(sched).find("r1") == found
 
 
+PBS_FULL = """Job Id: 40.server
+    Job_Name = train-r1
+    Job_Owner = someone@login1
+    job_state = Q
+
+Job Id: 41.server
+    Job_Name = train-r10
+    Job_Owner = {user}@login1
+    job_state = Q
+
+Job Id: 42.server
+    Job_Name = a-rather-long-job-name-that-the-listing-wraps-onto-its-next-li
+	ne-r1
+    Job_Owner = {user}@login1
+    Variable_List = PBS_O_HOME=/home/u,PBS_O_WORKDIR=/home/u/runs/x-r1,MODAK_
+	RUN_ID=r1
+    job_state = Q
+"""
+
+
+@pytest.mark.parametrize("run_id,found", [("r1", "42.server"), ("r10", "41.server"),
+                                          ("r2", None), ("ne-r1", None)])
+def test_a_queued_pbs_job_is_found_by_its_name(run_id, found, commands):
+    """PBS keeps no comment: the job's name ends with its run id, and `qstat -f` lists every
+    job in full, a long value wrapped onto indented lines; only the user's own jobs count
+    (job 40 is another user's, with this run's name)."""
+    import pwd
+    user = pwd.getpwuid(os.getuid()).pw_name
+    commands(qstat=(0, PBS_FULL.replace("{user}", user), ""))
+    assert control("pbs").find(run_id) == found
+
+
+def test_the_pbs_job_name_carries_the_run_id():
+    from modak_lib.models import JobOptions
+    from modak_lib.schedulers.base import Resources
+
+    res = Resources(nodes=1, tasks_per_node=1, cpus_per_task=2, gpus_per_node=0,
+                    walltime_s=600, memory_gb=None, partition=None, stdout="o", stderr=None)
+    pbs = SCHEDULERS["pbs"]
+    assert "#PBS -N train-r1a2b3c4d5e6" in pbs.directives(JobOptions(job_name="train"), res,
+                                                          run_id="r1a2b3c4d5e6")
+    assert "#PBS -N train" in pbs.directives(JobOptions(job_name="train"), res)
+    # (Slurm keeps the user's name: its comment carries the run id)
+    assert "#SBATCH --job-name=train" in SCHEDULERS["slurm"].directives(
+        JobOptions(job_name="train"), res, run_id="r1a2b3c4d5e6")
+
+
 def test_a_job_is_found_by_the_first_line_its_run_printed(tmp_path):
     """A run's record lost: the job that ran says which it is first in its output (a
     prolog's lines before it), for its own run only; a local run's PID file says it."""

@@ -53,8 +53,10 @@ class SchedulerSpec(ABC):
     submit_dir_vars: tuple[str, ...] = ()
 
     @abstractmethod
-    def directives(self, job: JobOptions, res: Resources) -> list[str]:
-        """Header lines (already validated values: no quoting needed, none allowed)."""
+    def directives(self, job: JobOptions, res: Resources, run_id: str = "") -> list[str]:
+        """Header lines (already validated values: no quoting needed, none allowed).
+        ``run_id``: the run's ("" while the run id, a hash of the script, is computed): a
+        scheduler that keeps no comment for its ``find`` names the job by it (PBS)."""
 
     @abstractmethod
     def control(self) -> dict[str, Any]:
@@ -79,9 +81,12 @@ class SchedulerSpec(ABC):
           ends the job (a time limit, a cancel, the OOM killer);
         - ``never_started``: {``state``, ``without``}: the native state and the fields
           missing when a job was deleted before it ran;
-        - ``cancel``: argv; ``find`` (optional): argv, ``split``, ``fields`` (with ``job_id``)
-          and ``match`` ({field: text with ``{run_id}``}): a job of this run the scheduler
-          knows, for when the front-end lost its record;
+        - ``cancel``: argv; ``find`` (optional): argv (``{user}``), either ``split`` and
+          ``fields`` (the columns of each line, ``job_id`` among them) or ``records`` (the
+          line that starts each job, the job's id after it, then ``KEY = VALUE`` lines:
+          ``fields`` maps MODAK's names to the keys), and ``match`` ({field: a shell-style
+          pattern with ``{run_id}`` and ``{user}``}): a job of this run the scheduler knows,
+          for when the front-end lost its record;
         - ``silent``: a regular expression for the scheduler's "not answering" messages,
           added to the generic ones.
         """

@@ -15,7 +15,7 @@ class Local(SchedulerSpec):
     name = "local"
     aliases = ("none",)
 
-    def directives(self, job: JobOptions, res: Resources) -> list[str]:
+    def directives(self, job: JobOptions, res: Resources, run_id: str = "") -> list[str]:
         return []
 
     def control(self) -> dict[str, Any]:

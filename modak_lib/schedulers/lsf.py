@@ -27,7 +27,7 @@ class Lsf(SchedulerSpec):
     launcher = Launcher.mpirun
     job_id_vars = ("LSB_JOBID",)  # LSF starts the job in the directory it was submitted from
 
-    def directives(self, job: JobOptions, res: Resources) -> list[str]:
+    def directives(self, job: JobOptions, res: Resources, run_id: str = "") -> list[str]:
         d = [f"-J {job.job_name}", f"-n {res.nodes * res.tasks_per_node}",
              f'-R "span[ptile={res.tasks_per_node}]"']
         if res.cpus_per_task > 1:

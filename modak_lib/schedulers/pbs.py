@@ -25,13 +25,15 @@ class Pbs(SchedulerSpec):
     job_id_vars = ("PBS_JOBID", "SLURM_JOB_ID")
     submit_dir_vars = ("PBS_O_WORKDIR", "SLURM_SUBMIT_DIR")
 
-    def directives(self, job: JobOptions, res: Resources) -> list[str]:
+    def directives(self, job: JobOptions, res: Resources, run_id: str = "") -> list[str]:
         nodes = f"nodes={res.nodes}:ppn={res.tasks_per_node * res.cpus_per_task}"
         if res.gpus_per_node:
             nodes += f":gpus={res.gpus_per_node}"
         if job.request_specific_nodes:
             nodes += f":{job.request_specific_nodes}"
-        d = [f"-N {job.job_name}", f"-l {nodes}"]
+        # the job's name ends with its run id: `qstat -f` lists no comment of the job's,
+        # and a run whose record was lost finds its queued job by that name (``find``)
+        d = [f"-N {job.job_name}-{run_id}" if run_id else f"-N {job.job_name}", f"-l {nodes}"]
         if res.walltime_s:
             d.append(f"-l walltime={pbs_walltime(res.walltime_s)}")
         if res.memory_gb:
@@ -82,4 +84,9 @@ class Pbs(SchedulerSpec):
             # deleted while queued: C without an exit status or a host, and no output
             "never_started": {"state": "C", "without": ["exit", "host"]},
             "cancel": ["qdel", "{job_id}"],
+            # every job the server lists, in full (a job long ended is forgotten: its
+            # first line in its output finds it)
+            "find": {"argv": ["qstat", "-f"], "records": "Job Id:",
+                     "fields": {"name": "Job_Name", "owner": "Job_Owner"},
+                     "match": {"name": "*-{run_id}", "owner": "{user}@*"}},
         }

@@ -22,7 +22,7 @@ class Slurm(SchedulerSpec):
     launch_single = True
     job_id_vars = ("SLURM_JOB_ID",)
 
-    def directives(self, job: JobOptions, res: Resources) -> list[str]:
+    def directives(self, job: JobOptions, res: Resources, run_id: str = "") -> list[str]:
         d = [f"--job-name={job.job_name}", f"--nodes={res.nodes}",
              f"--ntasks-per-node={res.tasks_per_node}", f"--cpus-per-task={res.cpus_per_task}"]
         if res.walltime_s:

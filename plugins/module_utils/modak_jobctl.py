@@ -14,6 +14,7 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import fnmatch
 import json
 import os
 import pwd
@@ -168,6 +169,28 @@ def _read_fields(query, out):
     return dict((k, pairs[v]) for k, v in names.items() if v in pairs)
 
 
+def _records(out, head, names):
+    """The jobs a full listing describes (PBS's ``qstat -f``): each starts with a line
+    ``HEAD ID`` and goes on with ``KEY = VALUE`` lines, a long value continued on the lines
+    after it (indented, without " = ").  Each job as a dict: ``job_id``, and MODAK's names
+    for the keys ``names`` maps them to ("" where the job has none)."""
+    jobs, pairs, key = [], None, None
+    for line in out.splitlines():
+        if line.startswith(head):
+            pairs, key = {}, None
+            jobs.append((line[len(head):].strip(), pairs))
+        elif pairs is None or not line.strip():
+            continue
+        elif " = " in line:
+            key, dummy, value = line.partition(" = ")
+            key = key.strip()
+            pairs[key] = value.strip()
+        elif key is not None and line[:1] in ("\t", " "):
+            pairs[key] += line.strip()
+    return [dict([("job_id", job_id)] + [(k, pairs.get(v, "")) for k, v in names.items()])
+            for job_id, pairs in jobs]
+
+
 class Batch(object):
     """A batch scheduler described by its backend's data (MODAK's ``SchedulerSpec.control``,
     carried by the plan): submit, status, cancel and find, executed and read generically."""
@@ -273,10 +296,16 @@ class Batch(object):
         rc, out, err = run(_fill(find["argv"], {"user": user}), check=False)
         if rc != 0:
             return None
-        match = dict((k, _fill([v], {"run_id": run_id})[0]) for k, v in find["match"].items())
-        for line in out.splitlines():
-            row = dict(zip(find["fields"], [v.strip() for v in line.split(find["split"])]))
-            if row.get("job_id") and all(row.get(k) == v for k, v in match.items()):
+        match = dict((k, _fill([v], {"run_id": run_id, "user": user})[0])
+                     for k, v in find["match"].items())
+        if "records" in find:
+            rows = _records(out, find["records"], find["fields"])
+        else:
+            rows = [dict(zip(find["fields"], [v.strip() for v in line.split(find["split"])]))
+                    for line in out.splitlines()]
+        for row in rows:
+            if row.get("job_id") and all(fnmatch.fnmatchcase(row.get(k) or "", v)
+                                         for k, v in match.items()):
                 return row["job_id"]
         return None
 

@@ -31,12 +31,13 @@ description:
     where the scheduler reports one.
   - V(status) and V(cancelled) need neither the job script nor the run's record. A run
     never copied to the front-end is reported not submitted, and nothing is written there.
-    A run whose record was lost is found by its run id where the scheduler lists jobs by
-    it (Slurm, LSF, while they list the job), else by what its work directory holds - the
-    job's first line in its output, which names the job (every batch scheduler, once the
-    job started; a job that ended long ago included), or a local run's PID file. Its
-    record is then written again, a warning says so, and nothing is submitted twice. A PBS
-    job still queued when its record was lost is not found.
+    A run whose record was lost is found by its run id while the scheduler lists the job
+    (queued or running) - in its comment under Slurm and LSF, at the end of its name under
+    PBS (the job script's C(#PBS -N NAME-RUNID); C(qstat -f), the user's own jobs) - else
+    by what its work directory holds - the job's first line in its output, which names the
+    job (every batch scheduler, once the job started; a job that ended long ago included),
+    or a local run's PID file. Its record is then written again, a warning says so, and
+    nothing is submitted twice.
   - Uses only the Python standard library, so that it runs with a front-end's own Python.
 options:
   workdir:
@@ -232,10 +233,10 @@ def save_record(workdir, record):
 
 def find_job(sched, workdir, stdout, run_id):
     """The job of ``run_id`` submitted before, when the run has no record, and how it was
-    found ((None, None): none was): the one its scheduler lists by the run id (Slurm and
-    LSF, while they list it), else the one the work directory shows (a local run's PID
-    file; the job's first line in its output, which names it: after the scheduler has
-    forgotten it, and under PBS, which lists no job by a run)."""
+    found ((None, None): none was): the one its scheduler lists by the run id (Slurm's and
+    LSF's comment, PBS's job name, while they list it), else the one the work directory
+    shows (a local run's PID file; the job's first line in its output, which names it:
+    after the scheduler has forgotten it)."""
     job_id = sched.find(run_id) if hasattr(sched, "find") else None
     if job_id is not None:
         return job_id, "its run id"

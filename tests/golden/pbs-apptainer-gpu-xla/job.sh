@@ -1,5 +1,5 @@
 #!/bin/bash
-#PBS -N resnet50
+#PBS -N resnet50-test-run
 #PBS -l nodes=1:ppn=8:gpus=1
 #PBS -l walltime=02:00:00
 #PBS -o resnet50.out

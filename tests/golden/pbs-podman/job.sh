@@ -1,5 +1,5 @@
 #!/bin/bash
-#PBS -N mnist-cnn
+#PBS -N mnist-cnn-test-run
 #PBS -l nodes=1:ppn=4:ssd
 #PBS -l walltime=30:00:00
 #PBS -l mem=8192mb

@@ -172,7 +172,8 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
 
     def script_for(rid: str) -> str:
         return render_job_script(
-            directives=scheduler.directives(request.job, res, run_id=rid), exports=runtime.exports(env),
+            directives=scheduler.directives(request.job, res, run_id=rid),
+            exports=runtime.exports(env),
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
             decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
             job_id_vars=scheduler.job_id_vars, submit_dir_vars=scheduler.submit_dir_vars,

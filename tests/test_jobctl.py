@@ -126,11 +126,17 @@ SLURM = [
 ]
 
 
-def qstat(state, exit_status=None):
+def qstat(state, exit_status=None, after=()):
     lines = ["Job Id: 42.localhost", "    Job_Name = train", f"    job_state = {state}"]
     if exit_status is not None:
         lines.append(f"    exit_status = {exit_status}")
-    return (0, "\n".join(lines) + "\n", "")
+    return (0, "\n".join(lines + list(after)) + "\n", "")
+
+
+# `qsub -V` copies the user's environment into Variable_List, a long value that qstat -f
+# continues on indented lines: a variable there named like a field is the value's, not the job's
+COPIED_ENV = ["    Variable_List = PBS_O_HOME=/home/u,PBS_O_SHELL=/bin/bash,PBS_O_QUEUE=batch,",
+              "\tPBS_O_WORKDIR=/home/u/run,", "\tjob_state=R"]
 
 
 PBS = [
@@ -140,6 +146,7 @@ PBS = [
     ("running", qstat("R"), None, "", "RUNNING", None),
     ("exiting", qstat("E"), None, "", "RUNNING", None),
     ("completed", qstat("C", 0), 0, "", "COMPLETED", 0),
+    ("completed-copied-env", qstat("C", 0, COPIED_ENV), 0, "", "COMPLETED", 0),
     ("failed", qstat("C", 1), 1, "", "FAILED", 1),
     ("suspended", qstat("S"), None, "", "SUSPENDED", None),
     ("walltime", qstat("C", -11), None, "", "TIMEOUT", -11),

@@ -68,9 +68,9 @@ class SchedulerSpec(ABC):
           regular expression whose first group, searched in the output, is the id);
         - ``queries``: asked in order until one knows the job.  Each has ``argv`` (``{job_id}``)
           and reads either ``split`` (a separator; ``fields`` names the columns of the first
-          line) or ``pairs`` (``words``: KEY=VALUE words; ``lines``: ``KEY = VALUE`` lines;
-          ``fields`` maps MODAK's names ``state``, ``exit``, ``reason``, ``host`` to the
-          scheduler's keys).  ``active_only``: its final states are not trusted (the next
+          line), ``pairs: words`` (KEY=VALUE words) or ``records`` (a full listing, read as
+          ``find`` reads it; the first job in it); for the last two, ``fields`` maps MODAK's
+          names ``state``, ``exit``, ``reason``, ``host`` to the scheduler's keys.  ``active_only``: its final states are not trusted (the next
           query is asked).  ``quiet_failure``: a failed call goes on to the next query even
           when it looks like the scheduler did not answer;
         - ``states``: the native state word -> a portable state (``PORTABLE``);

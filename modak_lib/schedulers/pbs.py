@@ -65,7 +65,7 @@ class Pbs(SchedulerSpec):
                        "stderr": ["-e", "{stderr}"], "no_stderr": ["-j", "oe"],
                        "job_id": r"(?m)^\s*(\d+(\.[\w.-]+)?)\s*\Z"},
             "queries": [
-                {"argv": ["qstat", "-f", "{job_id}"], "pairs": "lines",
+                {"argv": ["qstat", "-f", "{job_id}"], "records": "Job Id:",
                  "fields": {"state": "job_state", "exit": "exit_status", "host": "exec_host"}},
             ],
             "states": {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "T": "PENDING",

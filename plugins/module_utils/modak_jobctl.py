@@ -158,14 +158,11 @@ def _read_fields(query, out):
             return {}
         values = lines[0].strip().split(query["split"])
         return dict((k, v.strip()) for k, v in zip(names, values) if v.strip())
-    pairs = {}
-    if query.get("pairs") == "words":  # KEY=VALUE KEY=VALUE ...
-        pairs = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
-    else:  # "lines": KEY = VALUE, one per line
-        for line in out.splitlines():
-            if "=" in line:
-                key, dummy, value = line.partition("=")
-                pairs[key.strip()] = value.strip()
+    if "records" in query:  # a full listing of the one job asked about (PBS's qstat -f ID)
+        rows = _records(out, query["records"], names)
+        return dict((k, v) for k, v in rows[0].items() if v and k != "job_id") if rows else {}
+    # "pairs": KEY=VALUE words
+    pairs = dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
     return dict((k, pairs[v]) for k, v in names.items() if v in pairs)
 
 

@@ -111,6 +111,9 @@ def resources(request: JobRequest) -> Resources:
     if partition and target.partitions and partition not in target.partitions:
         raise InputError([("job.partition", f"{partition!r} is not one of the target's "
                            f"partitions {list(target.partitions)}")], request.source)
+    problems = SCHEDULERS[target.scheduler].job_problems(job)
+    if problems:
+        raise InputError(problems, request.source)
     stdout = job.standard_output_file or f"{job.job_name}.out"
     stderr = None if job.combine_stdout_stderr else job.standard_error_file
     return Resources(nodes=nodes, tasks_per_node=tasks, cpus_per_task=cpus, gpus_per_node=gpus,

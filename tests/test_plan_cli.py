@@ -124,6 +124,25 @@ def test_plan_time_errors(tmp_path, changes, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_a_job_name_pbs_refuses_stops_the_plan_and_slurm_takes_it(tmp_path):
+    """MODAK's pattern takes a job name that starts with a digit; PBS's qsub does not: the
+    PBS plan says so, naming the file and the field, before anything is submitted."""
+    req, slurm = tmp_path / "r.json", tmp_path / "slurm.json"
+    req.write_text(json.dumps(dsl(**{"job.job_options.job_name": "1train",
+                                     "job.target.job_scheduler_type": "torque"})))
+    slurm.write_text(json.dumps(dsl(**{"job.job_options.job_name": "1train"})))
+    proc = run_modak("plan", str(req), "--infra", str(ROOT / "examples/infra/hlrs-testbed.yaml"),
+                     "--out", str(tmp_path / "pbs"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"modak: error: {req}: job.job_name: '1train': a PBS job's name starts with a letter (qsub refuses it)")
+    assert not (tmp_path / "pbs").exists()
+    proc = run_modak("plan", str(slurm), "--infra",
+                     str(ROOT / "examples/infra/hlrs-testbed.yaml"), "--out", str(tmp_path / "s"))
+    assert proc.returncode == 0, proc.stderr
+    assert "#SBATCH --job-name=1train" in (tmp_path / "s/job.sh").read_text()
+
+
 def test_a_blueprint_outside_the_repository_imports_the_installed_types(tmp_path):
     """A user's project anywhere: the types copied from `modak tosca-types`, the script beside
     the blueprint; the plan lists what the run directory receives (the script, its modules)."""

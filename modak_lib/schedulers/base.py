@@ -58,6 +58,12 @@ class SchedulerSpec(ABC):
         ``run_id``: the run's ("" while the run id, a hash of the script, is computed): a
         scheduler that keeps no comment for its ``find`` names the job by it (PBS)."""
 
+    def job_problems(self, job: JobOptions) -> list[tuple[str, str]]:
+        """What this scheduler refuses of job options that MODAK's own patterns accept, as
+        (field path, message) pairs: the plan stops with them, before anything is
+        submitted.  None by default."""
+        return []
+
     @abstractmethod
     def control(self) -> dict[str, Any]:
         """The front-end's job control as data (JSON), for ``modak_jobctl``:

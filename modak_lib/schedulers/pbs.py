@@ -25,6 +25,13 @@ class Pbs(SchedulerSpec):
     job_id_vars = ("PBS_JOBID", "SLURM_JOB_ID")
     submit_dir_vars = ("PBS_O_WORKDIR", "SLURM_SUBMIT_DIR")
 
+    def job_problems(self, job: JobOptions) -> list[tuple[str, str]]:
+        # Torque's and PBS Pro's qsub refuse a -N whose first character is not a letter
+        if not job.job_name[:1].isalpha():
+            return [("job.job_name", f"{job.job_name!r}: a PBS job's name starts with a "
+                     "letter (qsub refuses it)")]
+        return []
+
     def directives(self, job: JobOptions, res: Resources, run_id: str = "") -> list[str]:
         nodes = f"nodes={res.nodes}:ppn={res.tasks_per_node * res.cpus_per_task}"
         if res.gpus_per_node:

@@ -26,7 +26,7 @@ class Pbs(SchedulerSpec):
     submit_dir_vars = ("PBS_O_WORKDIR", "SLURM_SUBMIT_DIR")
 
     def job_problems(self, job: JobOptions) -> list[tuple[str, str]]:
-        # Torque's and PBS Pro's qsub refuse a -N whose first character is not a letter
+        # Torque's qsub refuses a -N whose first character is not alphabetic (its manual)
         if not job.job_name[:1].isalpha():
             return [("job.job_name", f"{job.job_name!r}: a PBS job's name starts with a "
                      "letter (qsub refuses it)")]

@@ -144,6 +144,20 @@ def test_yaml_syntax_error_has_line(tmp_path):
     assert "invalid YAML at line" in found[0][1]
 
 
+@pytest.mark.parametrize("topology", ["", "topology_template:", "topology_template: {}",
+                                      "topology_template: [train]"])
+def test_a_blueprint_without_a_topology_is_refused_not_a_traceback(tmp_path, topology):
+    """A file of types only (MODAK's own, passed by mistake) parses as TOSCA with no topology:
+    the error names the field."""
+    path = tmp_path / "types-only.yaml"
+    path.write_text("tosca_definitions_version: tosca_simple_yaml_1_3\n"
+                    f"imports: [{ROOT / 'tosca/modak-types.yaml'}]\n{topology}\n")
+    ((where, message),) = errors(path)
+    assert where == "topology_template" and "modak.nodes.AITrainingJob node" in message
+    assert message.startswith("must be a mapping, not list" if "[" in topology
+                              else "missing or empty")
+
+
 def test_missing_input_value(tmp_path):
     path = blueprint(tmp_path, "application: {framework: pytorch, script: {get_input: s}}")
     text = path.read_text().replace("topology_template:\n", "topology_template:\n  inputs:\n    s: {type: string}\n", 1)

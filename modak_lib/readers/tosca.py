@@ -175,6 +175,13 @@ def read_tosca(path: str | Path, inputs: dict[str, Any] | None = None,
     source = str(path)
     doc = load_document(path)  # syntax errors with line numbers, limits, before tosca-parser
     check_imports(doc, path)  # tosca-parser would open whatever the imports name
+    topology = doc.get("topology_template") if isinstance(doc, dict) else None
+    if not isinstance(topology, dict) or not topology:
+        # (a file of types only, such as MODAK's own, parses as one with no topology)
+        what = "missing or empty" if not topology else \
+            f"must be a mapping, not {type(topology).__name__}"
+        raise InputError([("topology_template", f"{what}: a blueprint's topology holds a "
+                           f"{JOB_TYPE} node")], source)
     template = _parse(path, inputs or {})
     resolver = _Inputs(template, inputs or {}, source)
 

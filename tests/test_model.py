@@ -253,13 +253,13 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
     store = ResultsStore(tmp_path / "store.sqlite")
     store.append(synthetic(noise=0.01).to_dict("records"))
     path = tmp_path / "model.joblib"
-    first = m.refit_after_run(store, path)  # no model yet: fitted
+    first = m.refit_after_run(store, path).model_id  # no model yet: fitted
     assert m.load(path).card.model_id == first
     assert m.load(path).card.estimator in m.QUICK_ESTIMATORS
     compared = m.load(path).card
     rows = compared.rows
     store.append([row("mnist-cnn", "off", 2, "glibc", "fp32", 0.09, rep=5)])
-    second = m.refit_after_run(store, path)  # a quick model: refitted on the new run too
+    second = m.refit_after_run(store, path).model_id  # a quick model: refitted on the new run too
     assert second != first and m.load(path).card.model_id == second
     assert m.load(path).card.rows == rows + 1
     # one run more is not worth comparing the estimators again: the kept one is refitted
@@ -270,23 +270,24 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
         compared.held_out_mape, compared.sigma_log, compared.sigma_log_unseen)
     store.append([row("mnist-cnn", "off", 1, "glibc", "fp32", 0.2, rep=10 + i)
                   for i in range(int(rows * m.REFRESH_SHARE) + 1)])
-    third = m.refit_after_run(store, path)  # grown by more than REFRESH_SHARE: compared again
+    third = m.refit_after_run(store, path).model_id  # grown by more than REFRESH_SHARE: compared again
     card = m.load(path).card
     assert card.model_id == third and card.held_out_rows == card.rows > rows + 1
     full = m.fit(families(n=3), estimators=("forest-split",))
     full.save(path)
     said = m.refit_after_run(store, path)
-    assert said.startswith(f"kept {full.card.model_id}: a full fit")
+    assert not said.refitted and said.model_id == full.card.model_id
+    assert said.note.startswith(f"kept {full.card.model_id}: a full fit")
     assert m.load(path).card.model_id == full.card.model_id
     more = m.fit(pd.concat([load_frame(store), families(n=3)], ignore_index=True),
                  estimators=("linear",))  # a quick estimator, on more than the store has
     more.save(path)
     said = m.refit_after_run(store, path)
-    assert said.startswith(f"kept {more.card.model_id}: fitted on {card.rows + len(families(n=3))}")
+    assert not said.refitted and said.note.startswith(f"kept {more.card.model_id}: fitted on {card.rows + len(families(n=3))}")
     meta = json.loads(path.with_suffix(".json").read_text())  # unless this MODAK cannot use it
     meta["feature_version"] = -1
     path.with_suffix(".json").write_text(json.dumps(meta))
-    assert m.refit_after_run(store, path) == third
+    assert m.refit_after_run(store, path) == m.Refit(third, True)
 
 
 def test_a_kept_model_plans_with_the_runs_recorded_since_its_fit(tmp_path, monkeypatch):

@@ -1080,9 +1080,18 @@ def fit_if_possible(path: Optional[Path] = None) -> bool:
     return True
 
 
-def refit_after_run(store, path: Optional[Path] = None) -> str:
+@dataclass(frozen=True)
+class Refit:
+    """What :func:`refit_after_run` did: the saved model's id, whether it is a new fit, and
+    in words why not (``note``: empty for a new fit)."""
+    model_id: str
+    refitted: bool
+    note: str = ""
+
+
+def refit_after_run(store, path: Optional[Path] = None) -> Refit:
     """The closed loop's refit once a run is recorded in ``store``: the quick estimators on
-    the shipped datasets and the store, saved at ``path``; returns the model's id.
+    the shipped datasets and the store, saved at ``path``.
 
     A saved model that this MODAK can use is kept when the refit would lose what it was
     fitted on: one of an estimator the quick refit does not consider (``modak model fit``
@@ -1114,12 +1123,13 @@ def refit_after_run(store, path: Optional[Path] = None) -> str:
             why = f"fitted on {meta.get('rows')} measurements, more than the store's and the " \
                   "shipped ones"
         if why:
-            return (f"kept {meta.get('model_id')}: {why} (`modak model fit` refits it); "
-                    "it reads this run from the store")
+            return Refit(str(meta.get("model_id")), False,
+                         f"kept {meta.get('model_id')}: {why} (`modak model fit` refits it); "
+                         "it reads this run from the store")
         carry = _still_compared(meta, frame)
     model = fit(data, estimators=QUICK_ESTIMATORS, carry=carry, every=every)
     model.save(path)
-    return model.meta["model_id"]
+    return Refit(model.meta["model_id"], True)
 
 
 def _still_compared(meta: dict[str, Any], frame) -> Optional[ModelCard]:

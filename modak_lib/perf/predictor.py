@@ -39,6 +39,10 @@ class PredictError(Exception):
     pass
 
 
+class StaleModel(PredictError):
+    """A saved model from another MODAK (its features or libraries differ): refit it."""
+
+
 def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
                    catalogue=None, workload: Optional[dict[str, Any]] = None
                    ) -> list[dict[str, Any]]:
@@ -187,7 +191,7 @@ class FastPredictor:
         from .fit import stale  # (no scikit-learn: stale reads the card)
         why = stale(meta)
         if why is not None:
-            raise PredictError(f"{side}: {why}: refit with `modak model fit`")
+            raise StaleModel(f"{side}: {why}: refit with `modak model fit`")
         return cls(meta)
 
     def with_runs(self, frame) -> "FastPredictor":
@@ -473,16 +477,17 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
     try:
         say(f"model {path}")
         fast = FastPredictor.load(path)
-    except PredictError as exc:
-        if "refit" in str(exc):
-            if choice != "auto":
-                raise ModakError(str(exc)) from None
-            # the saved model is from another MODAK (features may differ): refit it once
-            from .fit import fit_if_possible
-            notice(f"{exc}: refitting it now")
-            if not fit_if_possible(path):
-                return None
-            return FastPredictor.load(path)
+    except StaleModel as exc:
+        if choice != "auto":
+            raise ModakError(str(exc)) from None
+        # the saved model is from another MODAK (features may differ): refit it once
+        from .fit import fit_if_possible
+        notice(f"{exc}: refitting it now")
+        if not fit_if_possible(path):
+            return None
+        return FastPredictor.load(path)
+    except PredictError:
+        pass  # no exported formula: the full model below predicts
     else:
         # the card's measured medians and workloads are those of its fit: runs recorded
         # since (a model that a run's refit kept, `modak model fit --data`) are read from

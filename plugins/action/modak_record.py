@@ -83,11 +83,13 @@ class ActionModule(ActionBase):
                 store.append(new)
         except StoreError as exc:
             raise AnsibleActionFail(str(exc))
-        refit = None
+        refit, refitted = None, False
         if args["refit"] and new and not self._play_context.check_mode:
             try:  # the closed loop: the next plan learns from this run
                 from modak_lib.perf.fit import ModelError, refit_after_run
-                refit = refit_after_run(store)
+                outcome = refit_after_run(store)
+                refitted = outcome.refitted
+                refit = outcome.model_id if refitted else outcome.note
             except ImportError:
                 refit = "skipped: scikit-learn is not installed"
             except ModelError as exc:
@@ -95,6 +97,7 @@ class ActionModule(ActionBase):
         last = records[-1]
         pred = (plan["candidates"][0].get("prediction") or {}) if plan.get("candidates") else {}
         result.update(changed=bool(new), recorded=len(new), store=str(store.path), refit=refit,
+                      refitted=refitted,
                       status=last.get("status"), error=last.get("error"),
                       applied=last.get("applied") or {},
                       not_applied=last.get("not_applied") or {},

@@ -135,6 +135,10 @@ refit:
     kept.
   returned: when figures were found
   type: str
+refitted:
+  description: Whether the model was fitted again on this run (C(refit) is then its id).
+  returned: when figures were found
+  type: bool
 predicted_s_per_step:
   description: What the plan predicted for the chosen configuration, if a model predicted.
   returned: when figures were found

@@ -61,7 +61,7 @@ class SchedulerSpec(ABC):
     def job_problems(self, job: JobOptions) -> list[tuple[str, str]]:
         """What this scheduler refuses of job options that MODAK's own patterns accept, as
         (field path, message) pairs: the plan stops with them, before anything is
-        submitted.  None by default."""
+        submitted.  No problem (an empty list) by default."""
         return []
 
     @abstractmethod
@@ -76,8 +76,8 @@ class SchedulerSpec(ABC):
           and reads either ``split`` (a separator; ``fields`` names the columns of the first
           line), ``pairs: words`` (KEY=VALUE words) or ``records`` (a full listing, read as
           ``find`` reads it; the first job in it); for the last two, ``fields`` maps MODAK's
-          names ``state``, ``exit``, ``reason``, ``host`` to the scheduler's keys.  ``active_only``: its final states are not trusted (the next
-          query is asked).  ``quiet_failure``: a failed call goes on to the next query even
+          names ``state``, ``exit``, ``reason``, ``host`` to the scheduler's keys.
+          ``active_only``: its final states are not trusted (the next query is asked).  ``quiet_failure``: a failed call goes on to the next query even
           when it looks like the scheduler did not answer;
         - ``states``: the native state word -> a portable state (``PORTABLE``);
           ``marked``: states whose end the output's ``marks`` may settle at once;

@@ -135,7 +135,8 @@ def test_a_job_name_pbs_refuses_stops_the_plan_and_slurm_takes_it(tmp_path):
                      "--out", str(tmp_path / "pbs"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"modak: error: {req}: job.job_name: '1train': a PBS job's name starts with a letter (qsub refuses it)")
+        f"modak: error: {req}: job.job_name: '1train': a PBS job's name starts with a letter "
+        "(qsub refuses it)")
     assert not (tmp_path / "pbs").exists()
     proc = run_modak("plan", str(slurm), "--infra",
                      str(ROOT / "examples/infra/hlrs-testbed.yaml"), "--out", str(tmp_path / "s"))

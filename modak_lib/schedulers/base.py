@@ -77,8 +77,9 @@ class SchedulerSpec(ABC):
           line), ``pairs: words`` (KEY=VALUE words) or ``records`` (a full listing, read as
           ``find`` reads it; the first job in it); for the last two, ``fields`` maps MODAK's
           names ``state``, ``exit``, ``reason``, ``host`` to the scheduler's keys.
-          ``active_only``: its final states are not trusted (the next query is asked).  ``quiet_failure``: a failed call goes on to the next query even
-          when it looks like the scheduler did not answer;
+          ``active_only``: its final states are not trusted (the next query is asked).
+          ``quiet_failure``: a failed call goes on to the next query even when it looks
+          like the scheduler did not answer;
         - ``states``: the native state word -> a portable state (``PORTABLE``);
           ``marked``: states whose end the output's ``marks`` may settle at once;
         - ``exit``: ``code:signal`` (``N:S``) or ``int`` (with ``codes``: exit code ->

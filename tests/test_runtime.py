@@ -1181,6 +1181,34 @@ def test_listed_application_files_take_the_script_with_them(tmp_path):
         staged({"script": "train.py", "files": ["data"]})
 
 
+def test_a_top_level_script_takes_the_packages_beside_it_and_no_other_directory(tmp_path):
+    """`train.py` beside `gcn/` (`from gcn.graph import ...`): the run directory receives the
+    package too (a user's GCN failed every trial with "No module named 'gcn'"). A directory
+    with an `__init__.py` is a package; one without is taken where the script or a module
+    beside it imports it by name (a namespace package); a data directory, a directory that
+    only a comment or a string names, a linked one and a hidden one stay behind."""
+    from modak_lib.readers.appfiles import application_files
+    from modak_lib.readers.tosca import request_from_nodes
+    (tmp_path / "train.py").write_text(
+        "import os, numpy as np\nfrom gcn.graph import block_graph  # not data/\n"
+        "from . import nothing\nprint('import data')\n")
+    (tmp_path / "helpers.py").write_text("import ns.tools\n")
+    (tmp_path / "broken.py").write_text("def (:\n")  # does not parse: names nothing
+    for d, files in {"gcn": ["__init__.py", "graph.py", "sub/model.py"], "ns": ["tools.py"],
+                     "plugins": ["__init__.py"], "data": ["x.py", "tokens.npz"],
+                     ".cache": ["__init__.py"], "my-dir": ["__init__.py"]}.items():
+        for f in files:
+            (tmp_path / d / f).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / d / f).write_text("")
+    (tmp_path / "linked").symlink_to(tmp_path / "gcn")
+    req = request_from_nodes("job", {"application": {"framework": "pytorch",
+                                                     "script": "train.py"}},
+                             "fe", {"scheduler": "local"}, "TOSCA node job", None)
+    got = [dest for _, dest in application_files(req, base=str(tmp_path))]
+    assert got == ["broken.py", "gcn/__init__.py", "gcn/graph.py", "gcn/sub/model.py",
+                   "helpers.py", "ns/tools.py", "plugins/__init__.py", "train.py"]
+
+
 def test_sigterm_reaches_the_script_even_as_pid_1(tmp_path):
     """In a container the runtime is PID 1, which the kernel shields from signals it has no
     handler for; a wall-time SIGTERM must still end the training, with its record."""

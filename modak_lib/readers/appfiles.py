@@ -4,8 +4,10 @@
   directories) when the request lists them, and the script itself with them (a user who
   lists a data file still means the script to run);
 * otherwise the script's own directory: for ``pkg/sub/train.py`` the tree ``pkg/``, for a
-  top-level ``train.py`` the script and the ``.py`` modules beside it (never the whole
-  directory the request sits in, which may be a home directory).
+  top-level ``train.py`` the script, the ``.py`` modules beside it and the packages beside
+  it (a directory with an ``__init__.py``, or one that the script or a module beside it
+  imports by name: a namespace package), never the whole directory the request sits in,
+  which may be a home directory.
 
 Everything stays inside the request's directory: no absolute paths, no ``..``, no symbolic
 link is followed (a link is skipped), hidden entries and bytecode caches are left out, and
@@ -13,6 +15,7 @@ the total is bounded.  The runtime (``modak_runtime``) always goes along.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 from pathlib import Path
@@ -24,6 +27,8 @@ from ..models import JobRequest
 MAX_FILES = 2000
 MAX_BYTES = 512 * 1024 * 1024
 SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".venv", "node_modules"}
+# a module beside the script larger than this is not read for its imports
+MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
 
 def request_dir(request: JobRequest) -> Optional[Path]:
@@ -55,6 +60,45 @@ def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source:
                              source)
 
 
+def imported_names(paths: list[Path]) -> set[str]:
+    """The top-level names the Python files ``paths`` import (``import a.b``, ``from a.b
+    import c``: ``a``), read with :mod:`ast`, never run; a file that does not parse (or is
+    too large) names none, and relative imports name nothing beside the script."""
+    names: set[str] = set()
+    for path in paths:
+        try:
+            if path.stat().st_size > MAX_SOURCE_BYTES:
+                continue
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".", 1)[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".", 1)[0])
+    return names
+
+
+def packages_beside(base: Path, modules: list[Path]) -> list[str]:
+    """The directories of ``base`` that a top-level script may import as packages: those
+    with an ``__init__.py``, and those that ``modules`` (the script and the modules beside
+    it) import by name (a namespace package); hidden ones and :data:`SKIP_DIRS` aside."""
+    imported = None
+    found = []
+    for d in sorted(base.iterdir()):
+        if d.is_symlink() or not d.is_dir() or d.name.startswith(".") or d.name in SKIP_DIRS \
+                or not d.name.isidentifier():
+            continue
+        if not (d / "__init__.py").is_file():
+            if imported is None:
+                imported = imported_names(modules)
+            if d.name not in imported:
+                continue
+        found.append(d.name)
+    return found
+
+
 def application_files(request: JobRequest, base: "Optional[str | Path]" = None
                       ) -> list[tuple[str, str]]:
     """(controller path, path in the run directory) of every file the job needs; ``base``
@@ -78,8 +122,10 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
         script = app.script.split("/", 1)[0]
         entries = [("application.script", script)]
         if "/" not in app.script:  # the modules a top-level script imports from beside it
-            entries += [("application.script", p.name) for p in sorted(base.glob("*.py"))
+            modules = [p for p in sorted(base.glob("*.py")) if not p.is_symlink()]
+            entries += [("application.script", p.name) for p in modules
                         if p.name != app.script]
+            entries += [("application.script", d) for d in packages_beside(base, modules)]
     else:
         return []
     for field, rel in entries:

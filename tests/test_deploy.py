@@ -475,6 +475,29 @@ def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, 
 
 
 @pytest.mark.usefixtures("local_model")
+def test_a_script_that_raises_in_stocks_trial_is_not_submitted_as_a_job(tmp_path):
+    """A user's script that fails at stock (its package left behind, say) fails its job the
+    same way, after its wait in the queue: the deploy stops after the search with the
+    script's error and the trial's run, and submits nothing."""
+    if not shutil.which("ansible-playbook"):
+        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
+    request = user_project(tmp_path)
+    (request.parent / "train.py").write_text("import torch\nfrom gcn.graph import blocks\n")
+    doc = json.loads(request.read_text())
+    doc["job"]["optimisation"]["enable_autotuning"] = True
+    request.write_text(json.dumps(doc))
+    proc, _ = _local_deploy(tmp_path, request, modak_autotune_k=1, modak_autotune_steps=4,
+                            modak_autotune_rounds=1, modak_autotune_budget=1.0)
+    assert proc.returncode != 0
+    assert re.search(r"the script failed in stock's trial \(No module named 'gcn'\): a job "
+                     r"would fail the same way, so none was submitted; the trial's output is "
+                     r"that of run r[0-9a-f]{11}", proc.stdout), proc.stdout[-3000:]
+    assert "Submit the job, or find it" not in proc.stdout
+    rows = ResultsStore(tmp_path / "store.sqlite").rows()
+    assert rows and all(r["source"] == "autotune" and r["status"] == "failed" for r in rows)
+
+
+@pytest.mark.usefixtures("local_model")
 def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path):
     """The deploy itself runs the budgeted search when the model cannot speak for the
     workload (a new script) and the request enables autotuning: trials through the job

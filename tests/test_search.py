@@ -1243,6 +1243,51 @@ def test_a_knob_the_script_overrides_fails_a_trial_only_where_it_departs_from_st
     assert halving.next_round() == ([STOCK, BF16], 20)
 
 
+def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the_caps_does_not():
+    """A script that raises at stock (a user's GCN: "No module named 'gcn'") fails its job
+    the same way: the search says so (``script_failed``, with the trial's run) and the deploy
+    stops before submitting it.  A failure the runtime blames on a knob, the time cap, or a
+    trial that left no record of an exception (the scheduler's) does not."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+
+    def rec(config, error, run_id="r1"):
+        return {"configuration": config.model_dump(mode="json"), "status": "failed",
+                "error": error, "elapsed_s": 3.0, "measured": {"steps": 0}, "run_id": run_id}
+    raised = {"knob": None, "type": "builtins.ModuleNotFoundError",
+              "message": "No module named 'gcn'"}
+    trial = ActionModule._trial(rec(STOCK, raised, "rstock"), Trial, Configuration, STOCK)
+    assert trial.script_error and trial.failed == "No module named 'gcn'"
+    for error in ({**raised, "knob": "compiler"}, {"type": "TimeCap", "message": "capped"},
+                  {"message": "NODE_FAIL"}, None):
+        assert not ActionModule._trial(rec(STOCK, error), Trial, Configuration,
+                                       STOCK).script_error, error
+    halving = Halving([STOCK, TCMALLOC], STOCK, job_steps=1000, budget_s=100.0)
+    records = [rec(TCMALLOC, raised, "rtc"), rec(STOCK, raised, "rstock")]
+    halving.record([ActionModule._trial(r, Trial, Configuration, STOCK) for r in records])
+    assert halving.next_round() is None and halving.stock_broken() == "No module named 'gcn'"
+    said = ActionModule._broken(halving, records)
+    assert said.startswith("the script failed in stock's trial (No module named 'gcn')")
+    assert said.endswith("the trial's output is that of run rstock")
+    # kept across the deploy's calls (the search's state between them)
+    again = Halving.from_state(json.loads(json.dumps(halving.state())))
+    assert again.stock_broken() == "No module named 'gcn'"
+    # stock stopped by a knob-free failure of the job path: the job may well run
+    halving = Halving([STOCK, TCMALLOC], STOCK, job_steps=1000, budget_s=100.0)
+    halving.record([ActionModule._trial(rec(c, {"message": "NODE_FAIL"}), Trial,
+                                        Configuration, STOCK) for c in (STOCK, TCMALLOC)])
+    assert halving.stock_broken() is None and ActionModule._broken(halving, []) == ""
+    # a state written before trials said it reads as no script error
+    state = halving.state()
+    for t in state["last"] + state["trials"]:
+        t.pop("script_error")
+    assert Halving.from_state(json.loads(json.dumps(state))).stock_broken() is None
+
+
 def test_a_knob_a_trial_found_not_applicable_is_not_tried_again_in_its_round():
     """torch.compile traced no graph of a GRU script (Dynamo refuses RNNs): the round's
     later candidate with the same compiler is not tried (before, its plan failed in the

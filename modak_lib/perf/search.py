@@ -213,6 +213,18 @@ class Trial:
     # configuration than its own (:func:`departures`: knob -> why): a later candidate of the
     # round with the same value of one is not tried (:meth:`Halving.skip`)
     refused: dict[str, str] = field(default_factory=dict)
+    # it failed by an exception of the script's own: the runtime's record names its type,
+    # blames no knob, and it is not the time cap (a job of the same configuration fails
+    # the same way)
+    script_error: bool = False
+
+
+def script_error(failed: Optional[str], error: Optional[dict]) -> bool:
+    """Whether a failed trial's record says the script itself raised (:attr:`Trial.script_error`):
+    an error with a type, no knob blamed, not ``TimeCap``."""
+    error = error or {}
+    return bool(failed) and bool(error.get("type")) and not error.get("knob") \
+        and not time_capped(failed, error)
 
 
 def shortest_cap(stock: Optional[Trial]) -> float:
@@ -749,6 +761,15 @@ class Halving:
             elif secs < best_s:
                 best, best_s = c, secs
         return best, lost
+
+    def stock_broken(self) -> Optional[str]:
+        """Why stock's trial failed where the script itself raised there (None otherwise):
+        the job, of stock's configuration where nothing else measured, would fail the
+        same way."""
+        base = self.last.get(self.stock)
+        if base is not None and base.s_per_step is None and base.script_error:
+            return base.failed
+        return None
 
     def stock_trial(self) -> Optional[Trial]:
         """Stock's trial whose figure counts for the job: its last round's, or its second

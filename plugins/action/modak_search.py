@@ -85,7 +85,8 @@ class ActionModule(ActionBase):
             result.update(chosen=out.chosen.model_dump(mode="json"), msg=out.summary(),
                           report=self.report(out, how),
                           trials=[], job_s={"stock": _s(stock, halving, job_seconds),
-                                            "chosen": _s(chosen, halving, job_seconds)})
+                                            "chosen": _s(chosen, halving, job_seconds)},
+                          script_failed=self._broken(halving, args["record"]))
         else:
             result.update(trials=[c.model_dump(mode="json") for c in step[0]], steps=step[1],
                           msg="round %d: %d trial(s) of %d steps%s" % (
@@ -93,6 +94,21 @@ class ActionModule(ActionBase):
                               " (stock's second trial, to confirm the choice)"
                               if halving.confirming else ""))
         return result
+
+    @staticmethod
+    def _broken(halving, records):
+        """Where the script itself failed in stock's trial: what to tell the user instead of
+        submitting a job that would fail the same way ("" otherwise)."""
+        why = halving.stock_broken()
+        if why is None:
+            return ""
+        run = next((r.get("run_id") for r in records if r.get("run_id")
+                    and halving.stock.model_validate(r["configuration"]) == halving.stock),
+                   None)
+        where = ("the trial's output is that of run %s" % run if run
+                 else "the trial's output says more")
+        return ("the script failed in stock's trial (%s): a job would fail the same way, so "
+                "none was submitted; %s" % (why, where))
 
     @staticmethod
     def report(out, how):
@@ -155,7 +171,7 @@ class ActionModule(ActionBase):
         """A trial from what the trial's tasks kept: its configuration, modak_record's
         measured figures and status, the job's elapsed time (``stock``: the search's stock
         configuration, which a knob the script overrides is judged against)."""
-        from modak_lib.perf.search import departures, time_capped
+        from modak_lib.perf.search import departures, script_error, time_capped
 
         config = Configuration(**rec["configuration"])
         m = rec.get("measured") or {}
@@ -178,7 +194,8 @@ class ActionModule(ActionBase):
                      capped=time_capped(failed, rec.get("error")),
                      startup_s=float(m.get("startup_s") or 0.0),
                      runtime_s=float(m.get("runtime_s") or 0.0), end_loss=m.get("end_loss"),
-                     start_loss=m.get("start_loss"), refused=refused)
+                     start_loss=m.get("start_loss"), refused=refused,
+                     script_error=script_error(failed, rec.get("error")))
 
 
 def _s(trial, halving, job_seconds):

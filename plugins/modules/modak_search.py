@@ -75,8 +75,8 @@ options:
         C(measured) (modak_record's return value), C(status), C(error), C(not_applied)
         (modak_record's - a trial with a knob not applied measured another configuration
         and counts as failed, unless that knob was at stock's value, as where the script
-        sets its own threads) and C(elapsed_s) (the job's); C(status=skipped) for a trial
-        not run (C(skip)).
+        sets its own threads), C(elapsed_s) (the job's) and C(run_id) (the trial's run,
+        optional); C(status=skipped) for a trial not run (C(skip)).
     type: list
     elements: dict
     default: []
@@ -238,4 +238,12 @@ job_s:
       the faster of its last trial and its second trial, where one ran to confirm).
   returned: when done
   type: dict
+script_failed:
+  description:
+    - Where the script itself raised in stock's trial (the runtime's record names the
+      exception, blames no knob, and it is not the time cap) - why, and the trial's run;
+      a job of stock's configuration would fail the same way, and the deploy stops here.
+      Empty otherwise.
+  returned: when done
+  type: str
 """

@@ -541,7 +541,12 @@ class _FlopCounter:
             self.ops += 1
         name = packet.__name__
         formula = self.registry.get(packet)
-        if name == "convolution_backward" and len(args) > 10 and args[9] != 1:
+        strided = self.torch.strided
+        if any(isinstance(a, self.torch.Tensor) and a.layout != strided for a in args):
+            # a sparse operand (a graph's adjacency): the dense formulas would count its
+            # zeros, a 20000-node graph's as 200 GFLOP a product
+            flops = _sparse_product_flops(name, args, strided)
+        elif name == "convolution_backward" and len(args) > 10 and args[9] != 1:
             flops = _grouped_conv_backward(args)
         elif formula is not None:
             flops = float(formula(*args, **kwargs, out_val=out))
@@ -705,12 +710,47 @@ def _grouped_conv_backward(args) -> float:
 
 
 def _written(out, tensor_type) -> int:
-    """Elements of the tensors an operation returned."""
+    """Elements of the tensors an operation returned (a sparse one's stored values)."""
     if isinstance(out, tensor_type):
-        return out.numel()
+        return out.numel() if not out.is_sparse and not _compressed(out) else _nnz(out)
     if isinstance(out, (tuple, list)):
-        return sum(o.numel() for o in out if isinstance(o, tensor_type))
+        return sum(_written(o, tensor_type) for o in out if isinstance(o, tensor_type))
     return 0
+
+
+def _compressed(t) -> bool:
+    """A sparse tensor of a compressed layout (CSR, CSC, BSR, BSC)."""
+    return str(t.layout).startswith(("torch.sparse_cs", "torch.sparse_bs"))
+
+
+def _nnz(t) -> int:
+    try:
+        return int(t._nnz())
+    except (RuntimeError, AttributeError):  # (a layout without stored values)
+        return 0
+
+
+# matrix products with a sparse operand, and where their two factors are in the arguments
+SPARSE_PRODUCTS = {"mm": (0, 1), "_sparse_mm": (0, 1), "addmm": (1, 2),
+                   "_sparse_addmm": (1, 2), "sspaddmm": (1, 2), "hspmm": (0, 1),
+                   "smm": (0, 1)}
+
+
+def _sparse_product_flops(name, args, strided) -> float:
+    """FLOPs of an operation with a sparse operand: a matrix product's, two per stored value
+    of the sparse factor and column of the dense one (or row, where the sparse factor is on
+    the right); none for any other operation (a sparse tensor's own bookkeeping)."""
+    where = SPARSE_PRODUCTS.get(name)
+    if where is None or len(args) <= max(where):
+        return 0.0
+    a, b = args[where[0]], args[where[1]]
+    if not (hasattr(a, "layout") and hasattr(b, "layout")) or a.dim() != 2 or b.dim() != 2:
+        return 0.0
+    if a.layout != strided and b.layout != strided:  # (each stored value of a meets a row
+        return 2.0 * _nnz(a) * _nnz(b) / max(1, b.shape[0])  # of b's, as stored on average)
+    if a.layout != strided:
+        return 2.0 * _nnz(a) * b.shape[1]
+    return 2.0 * _nnz(b) * a.shape[0]
 
 
 def _to_float32(value, torch, depth: int = 0):

@@ -566,6 +566,24 @@ def test_fingerprint_counts_the_share_of_grouped_convolutions():
     assert fp["flops_per_step"] == pytest.approx(4 * step)
 
 
+def test_fingerprint_counts_a_sparse_products_stored_values_not_its_zeros():
+    """A graph convolution over a sparse adjacency (3 stored values a row of 500): its
+    products count two FLOPs per stored value and dense column, forward and backward (the
+    adjacency's gradient is not asked for); the dense formula counted the zeros, 170x."""
+    need("torch")
+    rc, _, rec, err = run(SCRIPTS / "sparse_gcn.py", "4")
+    assert rc == 0, err
+    fp = rec["fingerprint"]
+    nodes, stored, features, hidden, classes = 500, 1500, 16, 32, 4
+    first, second = 2 * nodes * features * hidden, 2 * nodes * hidden * classes
+    spread = 2 * stored * hidden + 2 * stored * classes  # the two sparse products
+    # backward: each linear layer's two products (the first's input needs no gradient), each
+    # sparse product's one (the gradient of its dense factor)
+    step = (first + second + spread) + (first + 2 * second + spread)
+    assert fp["flops_per_step"] == pytest.approx(step)
+    assert fp["elements_per_step"] < 50 * nodes * hidden  # no dense 500 x 500 counted
+
+
 def test_keras_fingerprint_counts_depthwise_convolutions_alike():
     """Keras' analytic count: a depthwise layer's FLOPs, and a separable one's depthwise
     part, are its grouped share."""

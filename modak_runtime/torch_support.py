@@ -739,7 +739,8 @@ SPARSE_PRODUCTS = {"mm": (0, 1), "_sparse_mm": (0, 1), "addmm": (1, 2),
 def _sparse_product_flops(name, args, strided) -> float:
     """FLOPs of an operation with a sparse operand: a matrix product's, two per stored value
     of the sparse factor and column of the dense one (or row, where the sparse factor is on
-    the right); none for any other operation (a sparse tensor's own bookkeeping)."""
+    the right; the dense count where only the term a product adds is sparse); none for any
+    other operation (a sparse tensor's own bookkeeping)."""
     where = SPARSE_PRODUCTS.get(name)
     if where is None or len(args) <= max(where):
         return 0.0
@@ -750,7 +751,9 @@ def _sparse_product_flops(name, args, strided) -> float:
         return 2.0 * _nnz(a) * _nnz(b) / max(1, b.shape[0])  # of b's, as stored on average)
     if a.layout != strided:
         return 2.0 * _nnz(a) * b.shape[1]
-    return 2.0 * _nnz(b) * a.shape[0]
+    if b.layout != strided:
+        return 2.0 * _nnz(b) * a.shape[0]
+    return 2.0 * a.shape[0] * a.shape[1] * b.shape[1]  # (only the term added is sparse)
 
 
 def _to_float32(value, torch, depth: int = 0):

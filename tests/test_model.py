@@ -71,6 +71,24 @@ def row(w, comp, threads, alloc, prec, s, rep=0, micro="zen4", cores=2):
         "raw": json.dumps({"host": {"cpu_features": ["avx512_bf16"]}})}
 
 
+def test_a_run_that_failed_before_its_fingerprint_leaves_the_batch_size_whole():
+    """A store where a run failed before its first step (no batch size: the column turns to
+    floats) keeps the workload's batch size a whole number, as its measured groups have it:
+    a plan matches a configuration's runs by their text, and "20000.0" missed "20000" (a
+    user's graph network was predicted at 0.086 s a step, its four runs 0.34-0.36 s)."""
+    ok = {**row("mnist-cnn", "off", 2, "glibc", "fp32", 0.5), "workload_key": "wk-user"}
+    failed = {**ok, "status": "failed", "batch_size": None, "image_size": None,
+              "fingerprint": None, "s_per_step": None, "steps_per_s": None,
+              "recorded_at": "2026-11-21T00:00:00+00:00"}
+    df = pd.DataFrame([failed, ok])
+    assert df["batch_size"].dtype == float
+    (w,) = m.workload_table(df)
+    (g,) = m.measured_groups(m.training_frame(df))
+    assert w["batch_size"] == WORKLOADS["mnist-cnn"]["batch"]
+    assert str(w["batch_size"]) == str(g["batch_size"])
+    assert str(w["image_size"]) == str(WORKLOADS["mnist-cnn"]["size"])
+
+
 def test_recovers_a_known_linear_truth_on_held_out_configurations():
     df = m.training_frame(synthetic())
     pred = m.held_out_predictions(df, "linear-main")

@@ -169,6 +169,12 @@ def _float(v: Any) -> float:
     return f
 
 
+def whole(v: Any) -> Any:
+    """A float that is a whole number as an int (20000.0 -> 20000: a pandas column with a
+    gap holds floats), anything else as it is: runs are matched by such values' text."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
 def _log(v: Any) -> float:
     f = _float(v)
     return math.log(f) if f > 0 else math.nan

@@ -955,6 +955,8 @@ def workload_table(df) -> list[dict[str, Any]]:
                                               "framework", "trainable_parameters",
                                               "batch_size", "image_size",
                                               *F.WORKLOAD_FIGURES)}
+        for k in ("batch_size", "image_size"):  # (as measured_groups has them)
+            entry[k] = F.whole(entry[k])
         jobs = ok[(ok["source"] == "deploy") & (pd.to_numeric(ok["steps"], errors="coerce") > 0)]
         entry["job_steps"] = int(jobs["steps"].iloc[-1]) if len(jobs) else None
         entry["job_run"] = _plain(jobs["run_id"].iloc[-1]) if len(jobs) else None

@@ -327,15 +327,33 @@ Job Id: 42.server
     Variable_List = PBS_O_HOME=/home/u,PBS_O_WORKDIR=/home/u/runs/x-r1,MODAK_
 	RUN_ID=r1
     job_state = Q
+
+Job Id: 43.server
+    Job_Name = train-r3
+    Job_Owner = {user}@login1
+    job_state = C
+
+Job Id: 44.server
+    Job_Name = train-r4
+    Job_Owner = {user}@login1
+    job_state = F
+
+Job Id: 45.server
+    Job_Name = train-r5
+    Job_Owner = {user}@login1
+    job_state = R
 """
 
 
 @pytest.mark.parametrize("run_id,found", [("r1", "42.server"), ("r10", "41.server"),
-                                          ("r2", None), ("ne-r1", None)])
+                                          ("r2", None), ("ne-r1", None), ("r3", None),
+                                          ("r4", None), ("r5", "45.server")])
 def test_a_queued_pbs_job_is_found_by_its_name(run_id, found, commands):
     """PBS keeps no comment: the job's name ends with its run id, and `qstat -f` lists every
     job in full, a long value wrapped onto indented lines; only the user's own jobs count
-    (job 40 is another user's, with this run's name)."""
+    (job 40 is another user's, with this run's name), and only those not finished: a
+    completed one still listed (43, 44) is an earlier deploy's of the same script, in
+    another run directory (CI adopted one, an hour old, and failed the new run on it)."""
     import pwd
     user = pwd.getpwuid(os.getuid()).pw_name
     commands(qstat=(0, PBS_FULL.replace("{user}", user), ""))

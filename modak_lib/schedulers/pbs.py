@@ -91,9 +91,12 @@ class Pbs(SchedulerSpec):
             # deleted while queued: C without an exit status or a host, and no output
             "never_started": {"state": "C", "without": ["exit", "host"]},
             "cancel": ["qdel", "{job_id}"],
-            # every job the server lists, in full (a job long ended is forgotten: its
-            # first line in its output finds it)
+            # every job the server lists, in full, of those not finished: a finished one
+            # (C, F) that the server still lists is an earlier deploy's of the same script
+            # (the run id is the script's hash), in another run directory; a run's own
+            # finished job is found by its first line in its output, in its directory
             "find": {"argv": ["qstat", "-f"], "records": "Job Id:",
-                     "fields": {"name": "Job_Name", "owner": "Job_Owner"},
-                     "match": {"name": "*-{run_id}", "owner": "{user}@*"}},
+                     "fields": {"name": "Job_Name", "owner": "Job_Owner",
+                                "state": "job_state"},
+                     "match": {"name": "*-{run_id}", "owner": "{user}@*", "state": "[!CF]"}},
         }

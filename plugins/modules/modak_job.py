@@ -33,7 +33,8 @@ description:
     never copied to the front-end is reported not submitted, and nothing is written there.
     A run whose record was lost is found by its run id while the scheduler lists the job
     (queued or running) - in its comment under Slurm and LSF, at the end of its name under
-    PBS (the job script's C(#PBS -N NAME-RUNID); C(qstat -f), the user's own jobs) - else
+    PBS (the job script's C(#PBS -N NAME-RUNID); C(qstat -f), the user's own jobs not
+    finished) - else
     by what its work directory holds - the job's first line in its output, which names the
     job (every batch scheduler, once the job started; a job that ended long ago included),
     or a local run's PID file. Its record is then written again, a warning says so, and

@@ -53,6 +53,14 @@ class Fingerprint:
     # oneDNN's) is one dispatched operation whatever its length, but its steps run one after
     # the other, each a few kernels on a GPU
     recurrent_steps: Optional[int] = None
+    # of ``ops_per_step``, the calls from Python that dispatched them (a torch function, a
+    # tensor's method, ``backward``: one call, one or many operations).  An operation
+    # Python calls pays the interpreter's overhead too; those the library dispatches in its
+    # own loop (a fused recurrent layer's time steps, the autograd engine's backward) less
+    python_ops_per_step: Optional[int] = None
+    # calls of modules (``nn.Module.__call__``: its hooks and the Python of its forward), a
+    # container's and those it calls alike: a loop of cells calls one a time step
+    module_calls_per_step: Optional[int] = None
     # micro-batches of ``batch_size`` the step trained on (gradient accumulation: the
     # optimizer steps once every so many): the fewer of its backward passes that reached
     # the optimizer's parameters and its trained modules' calls; None where it ran none
@@ -138,6 +146,8 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "elements_per_step": ("REAL", "fingerprint.elements_per_step"),
     "ops_per_step": ("INTEGER", "fingerprint.ops_per_step"),
     "recurrent_steps": ("INTEGER", "fingerprint.recurrent_steps"),
+    "python_ops_per_step": ("INTEGER", "fingerprint.python_ops_per_step"),
+    "module_calls_per_step": ("INTEGER", "fingerprint.module_calls_per_step"),
     "micro_batches": ("INTEGER", "fingerprint.micro_batches"),
     **{f"flops_{k}": ("REAL", f"fingerprint.flop_share.{k}") for k in FLOP_KINDS},
     "flops_grouped": ("REAL", "fingerprint.grouped_share"),

@@ -451,6 +451,7 @@ class _FlopCounter:
     """Counts one step's FLOPs (torch's own formulas) and where the forward ones ran."""
 
     def __init__(self, owner: _Torch, torch):
+        from torch.overrides import TorchFunctionMode
         from torch.utils._python_dispatch import TorchDispatchMode
         from torch.utils.flop_counter import flop_registry
 
@@ -461,6 +462,12 @@ class _FlopCounter:
         self.ops = 0  # the operations the step dispatched (no views, no casts): each pays
         #               the framework's per-operation overhead in eager mode
         self.recurrent_steps = 0  # time steps its recurrent layers ran in sequence (forward)
+        # the calls from Python (a torch function, a tensor's method, ``backward``) that
+        # dispatched one or more of those operations: a layer that runs its time steps in
+        # the library's own loop (``nn.GRU`` on a CPU), or an autograd engine running the
+        # backward, dispatches many operations for one call; a Python loop one or two each
+        self.python_ops = 0
+        self.module_calls = 0
         # backward passes that reached the optimizer's parameters, and calls of the trained
         # modules: several of each where the script accumulates gradients over micro-batches
         # (a batch's several losses, each its backward pass, or a Siamese network's several
@@ -488,7 +495,18 @@ class _FlopCounter:
                     pass
                 return out
 
+        class Calls(TorchFunctionMode):
+            # (a mode is off inside its own handler: the calls a function makes in turn are
+            # not counted again)
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                before = counter.ops
+                out = func(*args, **(kwargs or {}))
+                if counter.ops != before:
+                    counter.python_ops += 1
+                return out
+
         self.mode = Mode()
+        self.calls_mode = Calls()
 
     def start(self, params: list) -> None:
         hooks = self.torch.nn.modules.module
@@ -498,6 +516,7 @@ class _FlopCounter:
 
         def pre(module, args):
             kind = module_kind(module)
+            self.module_calls += 1
             self.stack.append(kind or "")
             if kind == "recurrent":
                 try:
@@ -530,6 +549,7 @@ class _FlopCounter:
         self.handles = [hooks.register_module_forward_pre_hook(pre),
                         hooks.register_module_forward_hook(post),
                         *(h for h in map(on_gradient, params) if h is not None)]
+        self.calls_mode.__enter__()
         self.mode.__enter__()
         self.active = True
 
@@ -601,6 +621,7 @@ class _FlopCounter:
             return
         self.active = False
         self.mode.__exit__(None, None, None)
+        self.calls_mode.__exit__(None, None, None)
         for h in self.handles:
             h.remove()
         # Dynamo marks a frame it met under a dispatch mode (the count's) as skipped, for
@@ -618,6 +639,8 @@ class _FlopCounter:
         fp.elements_per_step = self.elements or None
         fp.ops_per_step = self.ops or None
         fp.recurrent_steps = self.recurrent_steps
+        fp.python_ops_per_step = self.python_ops or None
+        fp.module_calls_per_step = self.module_calls or None
         fp.micro_batches = min(self.backwards, self.calls) or None
         fp.flop_share = {k: (self.forward.get(k, 0.0) / fwd if fwd else 0.0) for k in FLOP_KINDS}
         fp.grouped_share = self.grouped / fwd if fwd else 0.0

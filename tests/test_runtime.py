@@ -701,6 +701,30 @@ def test_fingerprint_of_an_lstm_counts_its_recurrent_layers():
     assert fp["recurrent_steps"] == 10 * 2
 
 
+def test_fingerprint_counts_the_calls_from_python_and_the_modules_apart_from_the_operations():
+    """The same GRU, as one ``nn.GRU`` call (the library loops over the twelve time steps)
+    and as a Python loop of ``nn.GRUCell``: about as many operations dispatched, but the
+    loop's come from twelve module calls and a Python call each, the fused layer's from
+    one; what the eager overhead of a step depends on."""
+    need("torch")
+    from modak_lib.results import row_from_fom
+
+    fp = {}
+    for way in ("fused", "cells"):
+        rc, _, rec, err = run(SCRIPTS / "gru_two_ways.py", way)
+        assert rc == 0, err
+        fp[way] = rec["fingerprint"]
+        assert 0 < fp[way]["python_ops_per_step"] < fp[way]["ops_per_step"]
+        row = row_from_fom(rec, source="deploy")
+        assert row["python_ops_per_step"] == fp[way]["python_ops_per_step"]
+        assert row["module_calls_per_step"] == fp[way]["module_calls_per_step"]
+    fused, cells = fp["fused"], fp["cells"]
+    # the network, its recurrent module and its head; the loop calls the cell once a step
+    assert fused["module_calls_per_step"] == 3 and cells["module_calls_per_step"] == 2 + 12
+    assert cells["python_ops_per_step"] >= 12 > fused["python_ops_per_step"] - 12
+    assert abs(cells["ops_per_step"] - fused["ops_per_step"]) < 0.2 * fused["ops_per_step"]
+
+
 def test_a_recurrent_layers_time_steps_are_counted_from_its_input():
     """A fused recurrent layer is one dispatched operation whatever its length: its time
     steps in sequence are counted from the module's input (time first or batch first,

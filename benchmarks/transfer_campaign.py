@@ -66,7 +66,10 @@ CSV's rows of that fingerprint lack, such as a figure a newer runtime counts
 script or PyTorch changed: the measurements are of another workload), except on an
 accelerator's rows of the same parameters, batch and input shape, whose device counted its
 own operations (the H100's attention kernels): those get only what the runtime counts from
-the model's modules (``recurrent_steps``).  ``--recount
+the model's modules and the script's Python (``recurrent_steps``, ``python_ops_per_step``,
+``module_calls_per_step``), and a run that failed in its first step, whose fingerprint is
+what it counted before it failed (a oneDNN primitive it could not create), is left as it
+is.  ``--recount
 FAMILY`` replaces that family's fingerprint instead, id included, where the runtime counted
 it wrong (an operation it had no FLOP formula for), as long as the parameters, the batch
 and the input shape are the rows' own.
@@ -352,14 +355,15 @@ def seed(store: ResultsStore, path: Path) -> int:
 
 # the fingerprint's columns, as the store names them
 FINGERPRINT_COLUMNS = ["trainable_parameters", "flops_per_step", "elements_per_step",
-                       "ops_per_step", "recurrent_steps", "input_shape",
+                       "ops_per_step", "recurrent_steps", "python_ops_per_step",
+                       "module_calls_per_step", "input_shape",
                        *(c for c in COLUMNS if c.startswith("flops_") and c != "flops_per_step")]
 
 
 SAME_WORKLOAD = ("trainable_parameters", "batch_size", "input_shape")
-# what the runtime counts from the model's modules, not from the operations dispatched: the
-# same on any device
-DEVICE_FREE = ("recurrent_steps",)
+# what the runtime counts from the model's modules and the script's Python, not from the
+# operations the device dispatched: the same on any device
+DEVICE_FREE = ("recurrent_steps", "python_ops_per_step", "module_calls_per_step")
 
 
 def _same_workload(fp: dict, row: dict) -> bool:
@@ -392,6 +396,9 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
             fp = row_from_fom(run_one(family, variant, "2c", "stock", 2), source=SOURCE)
             for r in mine:
                 columns = FINGERPRINT_COLUMNS
+                if r.get("status") == "failed" and r.get("fingerprint") \
+                        and r["fingerprint"] != fp["fingerprint"]:
+                    continue  # (a run that failed in its first step: what it counted stays)
                 if family not in recount and r.get("accelerator") and r.get("fingerprint") \
                         and r["fingerprint"] != fp["fingerprint"] and _same_workload(fp, r):
                     # an accelerator's fingerprint counts the operations its device ran (the

@@ -1269,7 +1269,8 @@ def test_refingerprint_fills_a_new_count_and_an_accelerators_rows_only_what_the_
     """``--refingerprint`` fills a figure a newer runtime counts into the rows of each
     fingerprint it runs again; a GPU's rows of the same workload (its parameters, batch and
     input shape) whose device counted other operations keep their own fingerprint and get
-    only what is counted from the modules (``recurrent_steps``); any other row whose
+    only what is counted from the modules and the script's Python (``recurrent_steps``, the
+    calls); a run that failed in its first step keeps what it counted; any other row whose
     fingerprint differs stops it, the CSV unchanged."""
     import csv
 
@@ -1277,17 +1278,23 @@ def test_refingerprint_fills_a_new_count_and_an_accelerators_rows_only_what_the_
     cpu = _campaign_rows(lambda r: r["run_id"] == "transfer/gru/b0/2c/stock"
                          and not r["accelerator"])[0]
     record = json.loads(cpu["raw"])
-    record["fingerprint"]["recurrent_steps"] = 128
+    counts = {"recurrent_steps": 128, "python_ops_per_step": 29, "module_calls_per_step": 3}
+    record["fingerprint"].update(counts)
     monkeypatch.setattr(campaign, "run_one", lambda *a, **k: json.loads(json.dumps(record)))
-    cpu = {**cpu, "recurrent_steps": ""}
+    cpu = {**cpu, **{c: "" for c in counts}}
     gpu = {**cpu, "run_id": "transfer/gru/b0/gpu/stock", "accelerator": "H100",
            "fingerprint": "fp-device00000", "ops_per_step": "30"}
+    # (oneDNN could not make its bf16 primitive: the run failed after counting a little)
+    failed = {**cpu, "run_id": "transfer/gru/b0/2c/bf16", "status": "failed",
+              "fingerprint": "fp-partial0000", "flops_per_step": "0.0"}
     path = tmp_path / "campaign.csv"
-    campaign.write_csv(path, [cpu, gpu])
-    assert campaign.refingerprint(path) == 2
+    campaign.write_csv(path, [cpu, gpu, failed])
+    assert campaign.refingerprint(path) == 2 * len(counts)
     with open_csv(path) as f:
-        here, there = list(csv.DictReader(f))
-    assert here["recurrent_steps"] == there["recurrent_steps"] == "128"
+        here, there, broken = list(csv.DictReader(f))
+    for c, v in counts.items():
+        assert here[c] == there[c] == str(v) and broken[c] == ""
+    assert (broken["fingerprint"], broken["flops_per_step"]) == ("fp-partial0000", "0.0")
     assert here["fingerprint"] == record["fingerprint"]["id"] == cpu["fingerprint"]
     assert (there["fingerprint"], there["ops_per_step"]) == ("fp-device00000", "30")
     # another workload under the same name: not the measured one, on either device

@@ -120,6 +120,27 @@ def test_the_baseline_adds_the_operations_at_the_probes_time_each_or_the_cpus():
     assert F.baseline({**gpu, "ops_per_step": None}) == pytest.approx(math.log(arithmetic))
 
 
+def test_a_cpus_dispatch_costs_the_calls_from_python_and_the_modules_more():
+    """Where the fingerprint says where its operations came from, a CPU's step pays
+    CPU_KERNEL_US an operation, CPU_CALL_US more for each Python called and CPU_MODULE_US
+    a module call: a fused recurrent layer's thousands of operations from a few calls cost
+    less each than a Python loop's; without the counts, CPU_OP_US each, as before."""
+    fp32 = {**ROW, "precision": "fp32", "threads": 2, "ops_per_step": 4266}
+    arithmetic = math.exp(F.baseline({**fp32, "ops_per_step": None}))
+    fused = {**fp32, "python_ops_per_step": 29, "module_calls_per_step": 3}
+    assert math.exp(F.baseline(fused)) - arithmetic == pytest.approx(
+        (4266 * F.CPU_KERNEL_US + 29 * F.CPU_CALL_US + 3 * F.CPU_MODULE_US) * 1e-6)
+    loop = {**fp32, "ops_per_step": 1897, "python_ops_per_step": 74,
+            "module_calls_per_step": 51}
+    assert F.cpu_dispatch_us(loop) / 1897 > F.cpu_dispatch_us(fused) / 4266
+    # an older fingerprint (no calls counted): every operation at CPU_OP_US
+    assert math.exp(F.baseline(fp32)) - arithmetic == pytest.approx(4266 * F.CPU_OP_US * 1e-6)
+    # a GPU's probe measures its time per operation: the calls change nothing there
+    gpu = {**fused, "accelerator": "H100", "op_us": 25.0}
+    assert F.baseline(gpu) == pytest.approx(F.baseline({**gpu, "python_ops_per_step": None,
+                                                        "module_calls_per_step": None}))
+
+
 def test_the_baseline_adds_a_gpus_recurrent_time_steps_but_not_a_cpus():
     fp32 = {**ROW, "precision": "fp32", "threads": 2, "ops_per_step": 30}
     gpu = {**fp32, "accelerator": "H100", "op_us": 6.0}

@@ -705,8 +705,9 @@ def test_fingerprint_counts_the_calls_from_python_and_the_modules_apart_from_the
     """The same GRU, as one ``nn.GRU`` call (the library loops over the twelve time steps)
     and as a Python loop of ``nn.GRUCell``: about as many operations dispatched, but the
     loop's come from twelve module calls and a Python call each, the fused layer's from
-    one; what the eager overhead of a step depends on."""
+    one; what the eager overhead of a step depends on (``features.cpu_dispatch_us``)."""
     need("torch")
+    from modak_lib.perf import features as F
     from modak_lib.results import row_from_fom
 
     fp = {}
@@ -723,6 +724,8 @@ def test_fingerprint_counts_the_calls_from_python_and_the_modules_apart_from_the
     assert fused["module_calls_per_step"] == 3 and cells["module_calls_per_step"] == 2 + 12
     assert cells["python_ops_per_step"] >= 12 > fused["python_ops_per_step"] - 12
     assert abs(cells["ops_per_step"] - fused["ops_per_step"]) < 0.2 * fused["ops_per_step"]
+    # so a step of the loop costs more to dispatch than the fused layer's
+    assert F.cpu_dispatch_us(cells) > 1.25 * F.cpu_dispatch_us(fused)
 
 
 def test_a_recurrent_layers_time_steps_are_counted_from_its_input():

@@ -25,8 +25,9 @@ than its traffic at the measured bandwidth: measured, not fitted), plus its para
 traffic (weights, gradients, the optimizer's update) at that bandwidth, plus the operations
 the step dispatches at a fixed cost each: on a GPU the time of one small operation its probe
 measured (its launch overhead: a small step on a fast GPU is mostly that), on a CPU
-:data:`CPU_OP_US` (eager PyTorch's dispatch: a step of thousands of small operations, a
-recurrent cell stepped in Python, is mostly that); and on a GPU the time steps of its fused
+eager PyTorch's dispatch (:func:`cpu_dispatch_us`: an operation, more for one Python called,
+and each module call; a step of thousands of small operations, a recurrent cell stepped in
+Python, is mostly that); and on a GPU the time steps of its fused
 recurrent layers, a few kernels each in sequence (:data:`RECURRENT_KERNELS`). A target
 whose bf16 rate is 1/50 of its fp32 rate (no native bf16) makes the arithmetic of a bf16
 configuration 50x slower at baseline before any data says so, but not its memory traffic: a
@@ -43,7 +44,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 10  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 11  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 # the forward FLOPs' shares by layer kind (+ other = the rest), and ``grouped``: the part of
@@ -63,7 +64,7 @@ CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
 TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs", "op_us")
 # the workload's figures from its fingerprint (besides its parameters and batch)
 WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step", "recurrent_steps",
-                    "micro_batches", *(f"flops_{k}" for k in SHARES))
+                    "python_ops_per_step", "module_calls_per_step", "micro_batches", *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
 # a normalisation layer's output element in training (forward and backward), in bytes at the
@@ -79,8 +80,19 @@ NORM_FLOPS_PER_ELEMENT = 4.0
 STEP_OVER_FORWARD = 3.0
 # the cost of one operation a step dispatches on a target whose probe does not measure it (a
 # CPU's): eager PyTorch's dispatch of an operation and its gradient, not measured but fitted:
-# of 5, 10, 15 and 30 us, 10 gave the held-out families the lowest error (see the README)
+# of 5, 10, 15 and 30 us, 10 gave the held-out families the lowest error (see the README).
+# That is the cost where the fingerprint does not say where the operations came from (a
+# older runtime's record); where it does, an operation is CPU_KERNEL_US, one Python called
+# CPU_CALL_US more (the interpreter, the arguments' parsing), and each call of a module
+# CPU_MODULE_US (``nn.Module.__call__``, its hooks, the Python of its forward): a layer
+# that loops over its time steps in the library (``nn.GRU`` on a CPU: 4266 operations a
+# step from 29 calls) costs less per operation than a loop of cells in Python (1897 from 74,
+# and 51 module calls). Fitted likewise (the README's *Tried*: 4-7, 0-40 and 0-100 us all
+# gave 18.5-18.9%); the probe does not measure them
 CPU_OP_US = 10.0
+CPU_KERNEL_US = 5.0
+CPU_CALL_US = 20.0
+CPU_MODULE_US = 50.0
 # the kernels a GPU runs in sequence for each time step of each layer of a fused recurrent
 # layer (cuDNN's LSTM or GRU: the hidden state's matrix product and the gates' element-wise
 # kernel, in the forward and again in the backward), each at the probe's time of one small
@@ -250,7 +262,7 @@ def baseline(row: dict[str, Any]) -> float:
     :data:`NORM_BYTES_PER_ELEMENT` over it, at the threads' share of the cores; plus its
     trainable parameters at :data:`BYTES_PER_PARAMETER` over that bandwidth; plus the
     operations the step dispatches (``ops_per_step``) at the time of one operation the
-    target's probe measured (``op_us``: a GPU's), else at :data:`CPU_OP_US` each; plus, on a
+    target's probe measured (``op_us``: a GPU's), else at :func:`cpu_dispatch_us`; plus, on a
     GPU (``op_us`` measured), its recurrent layers' time steps (``recurrent_steps``) at
     :data:`RECURRENT_KERNELS` operations each. NaN when a figure is missing (``missing`` says
     which)."""
@@ -276,11 +288,27 @@ def baseline(row: dict[str, Any]) -> float:
             seconds += params * BYTES_PER_PARAMETER / (bandwidth * 1e9)
     ops, op_us = _float(row.get("ops_per_step")), _float(row.get("op_us"))
     if ops > 0:
-        seconds += ops * (op_us if op_us > 0 else CPU_OP_US) * 1e-6
+        seconds += (ops * op_us if op_us > 0 else cpu_dispatch_us(row)) * 1e-6
     steps = _float(row.get("recurrent_steps"))
     if steps > 0 and op_us > 0:
         seconds += steps * RECURRENT_KERNELS * op_us * 1e-6
     return math.log(seconds)
+
+
+def cpu_dispatch_us(row: dict[str, Any]) -> float:
+    """Microseconds a CPU spends a step dispatching its operations in eager mode: each of
+    ``ops_per_step`` at :data:`CPU_KERNEL_US`, those Python called
+    (``python_ops_per_step``) :data:`CPU_CALL_US` more, and each module call
+    (``module_calls_per_step``) :data:`CPU_MODULE_US`; every operation at
+    :data:`CPU_OP_US` where the fingerprint does not count the calls."""
+    ops, calls = _float(row.get("ops_per_step")), _float(row.get("python_ops_per_step"))
+    if not ops > 0:
+        return 0.0
+    if not calls > 0:
+        return ops * CPU_OP_US
+    modules = _float(row.get("module_calls_per_step"))
+    return (ops * CPU_KERNEL_US + min(calls, ops) * CPU_CALL_US
+            + (modules if modules > 0 else 0.0) * CPU_MODULE_US)
 
 
 def norm_elements(row: dict[str, Any]) -> float:

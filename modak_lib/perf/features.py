@@ -64,7 +64,8 @@ CROSSED = [*[f"share_{k}" for k in SHARES], "thread_share", "log_bf16_ratio"]
 TARGET_FIGURES = ("gflops_fp32", "gflops_bf16", "bandwidth_gbs", "op_us")
 # the workload's figures from its fingerprint (besides its parameters and batch)
 WORKLOAD_FIGURES = ("flops_per_step", "elements_per_step", "ops_per_step", "recurrent_steps",
-                    "python_ops_per_step", "module_calls_per_step", "micro_batches", *(f"flops_{k}" for k in SHARES))
+                    "python_ops_per_step", "module_calls_per_step", "micro_batches",
+                    *(f"flops_{k}" for k in SHARES))
 BYTES_PER_PARAMETER = 16.0  # weights read twice, gradient written, update read+written
 BYTES_PER_ELEMENT = 8.0  # an fp32 element a step's operation writes, and reads back once
 # a normalisation layer's output element in training (forward and backward), in bytes at the
@@ -81,14 +82,15 @@ STEP_OVER_FORWARD = 3.0
 # the cost of one operation a step dispatches on a target whose probe does not measure it (a
 # CPU's): eager PyTorch's dispatch of an operation and its gradient, not measured but fitted:
 # of 5, 10, 15 and 30 us, 10 gave the held-out families the lowest error (see the README).
-# That is the cost where the fingerprint does not say where the operations came from (a
+# That is the cost where the fingerprint does not say where the operations came from (an
 # older runtime's record); where it does, an operation is CPU_KERNEL_US, one Python called
 # CPU_CALL_US more (the interpreter, the arguments' parsing), and each call of a module
 # CPU_MODULE_US (``nn.Module.__call__``, its hooks, the Python of its forward): a layer
 # that loops over its time steps in the library (``nn.GRU`` on a CPU: 4266 operations a
 # step from 29 calls) costs less per operation than a loop of cells in Python (1897 from 74,
-# and 51 module calls). Fitted likewise (the README's *Tried*: 4-7, 0-40 and 0-100 us all
-# gave 18.5-18.9%); the probe does not measure them
+# and 51 module calls). Fitted likewise (the README's *Where a step's operations come from*:
+# a dozen settings of 4-7, 0-40 and 0-100 us gave 18.5-18.9%); the probe does not
+# measure them
 CPU_OP_US = 10.0
 CPU_KERNEL_US = 5.0
 CPU_CALL_US = 20.0

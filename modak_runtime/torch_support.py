@@ -467,7 +467,7 @@ class _FlopCounter:
         # the library's own loop (``nn.GRU`` on a CPU), or an autograd engine running the
         # backward, dispatches many operations for one call; a Python loop one or two each
         self.python_ops = 0
-        self.module_calls = 0
+        self.module_calls = 0  # calls of any module: a container's and those it calls alike
         # backward passes that reached the optimizer's parameters, and calls of the trained
         # modules: several of each where the script accumulates gradients over micro-batches
         # (a batch's several losses, each its backward pass, or a Siamese network's several

@@ -987,9 +987,8 @@ def workload_table(df) -> list[dict[str, Any]]:
                         "reason": str(reasons.get(knob, "not applied"))[:200]}
                 elif r["status"] != "failed":  # applied there
                     refused[(knob, value, spot)] = None
-            config = {k: _plain(r[k]) for k in CONFIG_KEYS}
-            for k in set(CONFIG_KEYS) & set(INT_KEYS):  # (2.0 in a frame with a gap: 2)
-                config[k] = int(config[k]) if config[k] is not None else None
+            # (2.0 in a frame with a gap: 2)
+            config = {k: F.whole(_plain(r[k])) for k in CONFIG_KEYS}
             failed[(tuple(config.values()), spot)] = ({**config, **where,
                                     "knob": _plain(r["failed_knob"]),
                                     "run_id": _plain(r["run_id"]),

@@ -71,9 +71,8 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
             # the fingerprint's figures, as the workload table has them (F.WORKLOAD_FIGURES)
             **{k: w.get(k) for k in F.WORKLOAD_FIGURES},
             "flops_per_step": w.get("flops_per_step", float("nan")),
-            # (whole: a model saved before its workload table said 128, not 128.0)
-            "batch_size": F.whole(w.get("batch_size") or app.batch_size or 32),
-            "image_size": F.whole(w.get("image_size")),
+            "batch_size": w.get("batch_size") or app.batch_size or 32,
+            "image_size": w.get("image_size"),
             "compiler": c.compiler or "off",
             "threads": c.threads, "allocator": c.allocator.value, "precision": c.precision.value,
             "channels_last": 0, "onednn": 1, "microarchitecture": target.microarchitecture,

@@ -1070,6 +1070,42 @@ def test_the_campaign_counts_each_machines_runs_for_itself(tmp_path):
         assert campaign.boot_id() == f.read().strip()
 
 
+def test_a_cell_that_failed_on_one_machine_is_still_run_on_another(tmp_path, monkeypatch):
+    """A failure belongs to its machine: the campaign does not run again there a
+    configuration that failed there, and does run it on a machine where it never failed
+    (oneDNN's LSTM in bf16 fails on a CPU without native bf16 and runs on one with it)."""
+    import sys
+
+    campaign = _campaign_module()
+    ran = _fake_runs(campaign, monkeypatch)
+    store = tmp_path / "campaign.sqlite"
+    here = campaign.boot_id()
+    rid = "transfer/mlp/b0/2c/bf16"
+    ResultsStore(store).append([{
+        "recorded_at": "2026-11-23T01:00:00+00:00", "source": campaign.SOURCE,
+        "run_id": rid, "workload": "mlp", "framework": "pytorch", "status": "failed",
+        "compiler": "off", "allocator": "glibc", "precision": "bf16", "channels_last": 0,
+        "onednn": 1, "boot_id": "another-machine", "raw": "failed elsewhere"}])
+    assert campaign.failed(ResultsStore(store)) == {rid}
+    assert campaign.failed(ResultsStore(store), "another-machine") == {rid}
+    assert campaign.failed(ResultsStore(store), here) == set()
+
+    def main():
+        monkeypatch.setattr(sys, "argv", [
+            "transfer_campaign.py", "--store", str(store), "--family", "mlp", "--target",
+            "2c", "--variant", "0", "--config", "bf16", "--repeats", "1", "--max-busy", "1"])
+        assert campaign.main() == 0
+    main()
+    assert len(ran) == 1  # run here, where it never failed
+    ResultsStore(store).append([{
+        "recorded_at": "2026-11-23T02:00:00+00:00", "source": campaign.SOURCE,
+        "run_id": rid, "workload": "mlp", "framework": "pytorch", "status": "failed",
+        "compiler": "off", "allocator": "glibc", "precision": "bf16", "channels_last": 0,
+        "onednn": 1, "boot_id": here, "raw": "failed here"}])
+    monkeypatch.setattr(campaign, "done", lambda *a, **k: {})  # as if nothing were measured
+    main()
+    assert len(ran) == 1  # failed here now: not run again
+
 def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, monkeypatch):
     """``--repeats 2`` on a machine that measured nothing runs every configuration of every
     cell twice, the first round of each cell before the second of any; run again, it runs

@@ -32,7 +32,8 @@ that load on this shared machine hits them alike.
 
 It is **resumable**: it appends every run to the results store and skips what the store
 already holds from this machine (``--repeats`` per configuration; another session's host,
-another ``boot_id``, is another target and gets its own runs), so it can run in pieces
+another ``boot_id``, is another target and gets its own runs; a configuration that failed
+on this machine is not run here again, one that failed on another is), so it can run in pieces
 (``--minutes`` stops starting runs after so long); an empty store is first filled from
 ``--csv`` when that file exists (the committed campaign).  ``--csv`` then writes the
 store's campaign rows: MODAK ships that file (``modak_lib/data``), so that every model

@@ -1106,6 +1106,7 @@ def test_a_cell_that_failed_on_one_machine_is_still_run_on_another(tmp_path, mon
     main()
     assert len(ran) == 1  # failed here now: not run again
 
+
 def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, monkeypatch):
     """``--repeats 2`` on a machine that measured nothing runs every configuration of every
     cell twice, the first round of each cell before the second of any; run again, it runs

@@ -263,16 +263,23 @@ def wait_quiet(limit: float, deadline: float, window: float = 5.0) -> bool:
 ANY = "*"  # every machine
 
 
-def done(store: ResultsStore, boot: str | None = ANY) -> dict[str, int]:
-    """Runs the store holds, per run id (a cell's configuration), measured on the machine
-    ``boot`` (:func:`machine`; ``None``: rows of runtimes that recorded none): another
-    session's host is another target, whose cells its own rounds fill."""
+def _campaign_rows(store: ResultsStore, boot: str | None = ANY):
+    """The campaign's rows in ``store`` measured on the machine ``boot`` (:func:`machine`;
+    ``None``: rows of runtimes that recorded none; ``ANY``: every machine's)."""
     if not store.path.exists():
-        return {}
-    counts: dict[str, int] = {}
+        return
     for r in store.rows():
         if r.get("source") == SOURCE and (boot == ANY or r.get("boot_id") == boot):
-            counts[r["run_id"]] = counts.get(r["run_id"], 0) + 1
+            yield r
+
+
+def done(store: ResultsStore, boot: str | None = ANY) -> dict[str, int]:
+    """Runs the store holds, per run id (a cell's configuration), measured on the machine
+    ``boot`` (:func:`_campaign_rows`): another session's host is another target, whose
+    cells its own rounds fill."""
+    counts: dict[str, int] = {}
+    for r in _campaign_rows(store, boot):
+        counts[r["run_id"]] = counts.get(r["run_id"], 0) + 1
     return counts
 
 
@@ -282,11 +289,7 @@ def failed(store: ResultsStore, boot: str | None = ANY) -> set[str]:
     for the workload there again.  Another machine runs them: a failure belongs to its
     place (the LSTM LM's bf16, which oneDNN had no primitive for on a CPU without native
     bf16, is a run like any other on one with it)."""
-    if not store.path.exists():
-        return set()
-    return {r["run_id"] for r in store.rows()
-            if r.get("source") == SOURCE and r.get("status") == "failed"
-            and (boot == ANY or r.get("boot_id") == boot)}
+    return {r["run_id"] for r in _campaign_rows(store, boot) if r.get("status") == "failed"}
 
 
 def probe(target: str, seconds: float = 6.0) -> dict:

@@ -150,7 +150,7 @@ options:
       - The default is what the shipped campaign measured on its machines (C(modak model
         eval) prints it for the data at hand); 0 takes any gain that clears O(min_gain).
     type: float
-    default: 0.086
+    default: 0.091
 author:
   - MODAK developers (@modak)
 """

@@ -322,6 +322,53 @@ def test_the_first_round_is_cut_to_what_its_budget_affords():
                for c in (BOTH, BF16, TCMALLOC))
 
 
+def test_what_the_first_rounds_cut_left_untried_runs_when_the_round_left_none():
+    """The first round is cut on the predicted cost, and the budget then re-based on stock's
+    measured job.  Seen with a user's MLP: predicted at 0.11 s a step, measured 0.19 s, the
+    budget rose from 27 s to 47 s; the round, cut to stock and tcmalloc, left none going on
+    (tcmalloc lost to stock), and the search ended with 31 s left and bf16 untried.  Now
+    the candidates the cut held back run in a round of their own, as many as what is left
+    affords at stock's cost each, best-ranked first (through the playbook's state between
+    every call)."""
+    table = {STOCK: (0.19, 0.0, 1.0), TCMALLOC: (0.20, 0.0, 1.0), BF16: (0.12, 0.0, 1.0),
+             BOTH: (0.10, 30.0, 1.0)}
+
+    def drive(fraction, overhead):
+        run, calls = recorded(table)
+        h = Halving([TCMALLOC, BF16, BOTH], STOCK, job_steps=2480, budget_s=2480 * 0.11 *
+                    fraction, budget_fraction=fraction, trial_overhead_s=overhead,
+                    s_per_step=0.11)
+
+        def again(h):
+            return Halving.from_state(json.loads(json.dumps(h.state())))
+        while (step := h.next_round()) is not None:
+            h, done = again(h), []
+            for c in step[0]:
+                h = again(h)
+                why = h.skip(c, done)
+                done.append(Trial(c, 0, None, failed=why, skipped=True) if why
+                            else run(c, step[1], h.cap(c, done)))
+            h = again(h)
+            h.record(done)
+        return h.outcome(), [c for c, _ in calls]
+
+    # 10% of the job: 27.3 s predicted (11.1 s a trial: stock and tcmalloc), 47.1 s measured
+    out, ran = drive(0.1, 10.0)
+    assert ran == [STOCK, TCMALLOC, STOCK, BF16, BOTH]
+    assert out.chosen == BF16 and out.verdicts[BF16.label()].startswith("chosen")
+    assert out.verdicts[TCMALLOC.label()].startswith("dropped in round 1: not faster")
+    assert "time cap" in out.verdicts[BOTH.label()]  # (its 30 s compilation, in what was left)
+    assert out.budget_s == pytest.approx(0.1 * 2480 * 0.19) and out.spent_s <= out.budget_s
+    # 5%: 23.6 s measured, 9.9 s spent in round 1; what is left affords stock and one more
+    out, ran = drive(0.05, 5.0)
+    assert ran == [STOCK, TCMALLOC, STOCK, BF16] and out.chosen == BF16
+    assert out.verdicts[BOTH.label()].startswith("not tried: the first round affords 2")
+    # 3.5%: 16.5 s measured, 9.9 s spent by round 1: not stock's trial and one more
+    out, ran = drive(0.035, 3.0)
+    assert ran == [STOCK, TCMALLOC] and out.chosen == STOCK
+    assert all(out.verdicts[c.label()].startswith("not tried") for c in (BF16, BOTH))
+
+
 def test_a_candidate_slower_than_stock_in_an_earlier_round_is_not_chosen():
     """The rounds are paired (stock runs beside the candidates in each): a candidate that
     wins the last round but lost to stock in an earlier one is noise, not a speed-up.  So

@@ -34,7 +34,11 @@ Here:
   themselves).  The first round measures stock, and with ``budget_fraction`` the budget is
   then re-based on stock's measured job time (the planner's estimate of it may be far off
   for a new workload), once: a later round's stock trial does not move it, so what was
-  spent by it stays within it;
+  spent by it stays within it.  Where a round leaves no candidate going on and the first
+  round's cut left some untried, the best-ranked of those run in a round of their own, at
+  the first round's steps, as many as the budget has left at stock's cost each
+  (:meth:`Halving._refill`): a cut made on a prediction does not leave the re-based budget
+  unspent while candidates wait;
 - **a trial is stopped at its share of the budget**: just before a candidate's trial runs,
   it is given what the budget has left after the trials already run (this round's too),
   and in the first round after as much again as stock's trial took and
@@ -452,7 +456,10 @@ class Halving:
         self.trial_overhead_s, self.s_per_step = trial_overhead_s, s_per_step
         self.eta, self.tolerance, self.max_rounds = eta, loss_tolerance, max_rounds
         self.pool = [stock] + [c for c in candidates if c != stock]
-        self.steps = first_steps
+        self.steps = self.first_steps = first_steps
+        # the candidates the first round's predicted cost cut (best-ranked first): tried in
+        # a round of their own where a round leaves none going on (:meth:`_refill`)
+        self.held: list[Configuration] = []
         self.out = Outcome(chosen=stock, stock=stock, budget_s=budget_s)
         self.last: dict[Configuration, Trial] = {}
         self.finished = False
@@ -670,7 +677,7 @@ class Halving:
         for c in self.pool[fits:]:
             self.out.verdicts[c.label()] = (f"not tried: the first round affords {fits} "
                                             f"trials ({estimate})")
-        self.pool = self.pool[:fits]
+        self.pool, self.held = self.pool[:fits], self.pool[fits:]
         return True
 
     def record(self, trials: Sequence[Trial]) -> None:
@@ -734,12 +741,35 @@ class Halving:
             else:
                 going.append(c)
         self.pool = [self.stock] + going
-        if self.finished:
+        if self.finished or (not going and self._refill(base)):
             return
         if len(self.pool) == 1 or (len(self.pool) == 2 and out.rounds > 1 and
                                    _settled(results[self.pool[1]], base, self.job_steps)):
             self.finished = True
         self.steps *= self.eta
+
+    def _refill(self, base: Trial) -> bool:
+        """Where a round left no candidate going on (each lost to stock, failed or changed
+        the result) and the first round's predicted cost cut candidates (``held``), the
+        best-ranked of them run in a round of their own, at the first round's steps, as
+        many as the budget has left a trial each at stock's cost in the round ``base``
+        (stock's trial beside them included); True where they do.  The first round is cut
+        on a prediction, and the budget is then re-based on stock's measured job: a user's
+        MLP, predicted at 0.11 s a step, measured 0.19 s, so the budget rose from 27 s to
+        47 s, while the first round had been cut to stock and one candidate, which lost to
+        stock, and the search ended with 31 s left and bf16 untried.  Stock has then run
+        twice, so a candidate chosen on this round needs no second stock trial."""
+        each = _estimate(base, self.first_steps)
+        if not self.held or self.out.rounds >= self.max_rounds or each <= 0:
+            return False
+        fits = int((self.budget_s - self.out.spent_s) // each) - 1  # (less stock's trial)
+        if fits < 1:
+            return False
+        taken, self.held = self.held[:fits], self.held[fits:]
+        for c in taken:  # (their "not tried" verdicts: a new one comes from their round)
+            self.out.verdicts.pop(c.label(), None)
+        self.pool, self.steps = [self.stock] + taken, self.first_steps
+        return True
 
     def _choice(self) -> tuple[Configuration, dict[Configuration, str]]:
         """The fastest of the last round that was faster than stock by ``min_gain`` in
@@ -902,7 +932,9 @@ class Halving:
                 "eta": self.eta, "tolerance": self.tolerance,
                 "max_rounds": self.max_rounds, "min_gain": self.min_gain,
                 "scatter": self.scatter,
-                "steps": self.steps, "finished": self.finished,
+                "steps": self.steps, "first_steps": self.first_steps,
+                "held": [c.model_dump(mode="json") for c in self.held],
+                "finished": self.finished,
                 "confirming": self.confirming, "confirmed": self.confirmed,
                 "confirm": None if self.confirm is None else trial(self.confirm),
                 "pool": [c.model_dump(mode="json") for c in self.pool],
@@ -919,8 +951,10 @@ class Halving:
                 max_rounds=st["max_rounds"], budget_fraction=st.get("budget_fraction"),
                 trial_overhead_s=st.get("trial_overhead_s", 0.0),
                 s_per_step=st.get("s_per_step"), min_gain=st.get("min_gain", MIN_GAIN),
-                walltime_s=st.get("walltime_s"), scatter=st.get("scatter", TRIAL_SCATTER))
+                walltime_s=st.get("walltime_s"), scatter=st.get("scatter", TRIAL_SCATTER),
+                first_steps=st.get("first_steps", st["steps"]))
         h.pool = [Configuration(**c) for c in st["pool"]]
+        h.held = [Configuration(**c) for c in st.get("held", [])]
         h.steps, h.finished = st["steps"], st["finished"]
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
         h.out.verdicts = dict(st["verdicts"])

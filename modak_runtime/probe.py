@@ -7,7 +7,8 @@ Measures, in about ``S`` seconds (default 8), with the threads and CPU features 
   else NumPy for fp32 only);
 - memory bandwidth, GB/s (a triad ``c = a + s*b`` on arrays far larger than the caches);
 
-on the job's GPU instead when PyTorch sees one (``torch.cuda.is_available()``: a training
+each the best rate it reached, the measurements taking turns in slices so that each one's
+best is of the whole time (:func:`_best_rates`); on the job's GPU instead when PyTorch sees one (``torch.cuda.is_available()``: a training
 script then runs there): its products and its memory's triad, each timed to the GPU's end,
 with the time one small operation takes from the host's call to the GPU's end of it
 (``op_us``: what a step of many small operations pays per operation), and the GPU's name;
@@ -29,11 +30,16 @@ from .session import host_facts
 SCHEMA = 1
 PROBE_KEY = "probe"
 N_TRIAD = 16 * 1024 * 1024  # the bandwidth triad's vectors, in fp32 elements
+# a CPU's measurements take turns, each this many times round (:func:`_best_rates`)
+SLICES = 4
 
 
-def _best_rate(run: Callable[[], None], work: float, seconds: float) -> float:
-    """The best rate (work per second) of ``run`` over about ``seconds`` (after a warm-up)."""
-    run()
+def _best_rate(run: Callable[[], None], work: float, seconds: float,
+               warm: bool = True) -> float:
+    """The best rate (work per second) of ``run`` over about ``seconds`` (after a warm-up
+    run, unless ``warm`` is False); at least one timed run."""
+    if warm:
+        run()
     best, end = 0.0, time.perf_counter() + seconds
     while True:
         t = time.perf_counter()
@@ -45,41 +51,66 @@ def _best_rate(run: Callable[[], None], work: float, seconds: float) -> float:
             return best
 
 
-def _matmul_torch(torch: Any, dtype: Any, n: int, seconds: float) -> float:
-    """GFLOP/s of n x n products; a smaller n where one product would take more than a
-    tenth of ``seconds`` (bf16 without native instructions is 100x slower)."""
-    def rate(size: int, budget: float) -> float:
+def _best_rates(runs: dict[str, tuple[Callable[[], None], float]], seconds: float,
+                slices: int = SLICES) -> dict[str, float]:
+    """The best rate (work per second) of each of ``runs`` (name: the run, its work) over
+    about ``seconds`` in all: each run once to warm up, then each in turn for an equal slice,
+    ``slices`` times round.  Each one's best is then taken over the whole time rather than
+    over a stretch of its own: a shared machine's rates change from one second to the next
+    (an Intel Xeon with AMX here: its bf16 products at 357-368 or 1035-1180 GFLOP/s in
+    turn, for seconds each), and a measurement that fell in a slow stretch from end to end
+    would describe the target by it."""
+    for run, _work in runs.values():
+        run()
+    best = dict.fromkeys(runs, 0.0)
+    each = seconds / (len(runs) * slices) if runs else 0.0
+    for _round in range(slices):
+        for name, (run, work) in runs.items():
+            best[name] = max(best[name], _best_rate(run, work, each, warm=False))
+    return best
+
+
+def _matmul_run(torch: Any, dtype: Any, n: int, seconds: float
+                ) -> tuple[Callable[[], None], float]:
+    """An n x n product (the run, its FLOPs); a smaller n where one product would take more
+    than a tenth of ``seconds`` (bf16 without native instructions is 100x slower)."""
+    def run(size: int) -> tuple[Callable[[], None], float]:
         a, b = torch.randn(size, size).to(dtype), torch.randn(size, size).to(dtype)
         out = torch.empty(size, size, dtype=dtype)
-        return _best_rate(lambda: torch.mm(a, b, out=out), 2.0 * size ** 3, budget) / 1e9
+        return (lambda: torch.mm(a, b, out=out)), 2.0 * size ** 3
     small = 256
-    guess = rate(small, 0.0)
-    while n > small and 2.0 * n ** 3 / (guess * 1e9) > seconds / 10:
+    guess = _best_rate(*run(small), 0.0)
+    while n > small and 2.0 * n ** 3 / guess > seconds / 10:
         n //= 2
-    return rate(n, seconds)
+    return run(n)
+
+
+def _triad_run(torch: Any, n: int) -> tuple[Callable[[], None], float]:
+    """A triad over vectors of ``n`` fp32 (the run, the bytes it moves)."""
+    a, b, c = torch.rand(n), torch.rand(n), torch.empty(n)
+    return (lambda: torch.add(a, b, alpha=1.5, out=c)), 3.0 * 4 * n
 
 
 def triad_torch(torch: Any, n: int, seconds: float) -> float:
     """The bandwidth in GB/s of a triad over vectors of ``n`` fp32 (the probe's, with
     ``N_TRIAD``), the best of about ``seconds``."""
-    a, b, c = torch.rand(n), torch.rand(n), torch.empty(n)
-    return _best_rate(lambda: torch.add(a, b, alpha=1.5, out=c), 3.0 * 4 * n, seconds) / 1e9
+    return _best_rate(*_triad_run(torch, n), seconds) / 1e9
 
 
-def _matmul_numpy(np: Any, n: int, seconds: float) -> float:
+def _matmul_numpy(np: Any, n: int) -> tuple[Callable[[], None], float]:
     a, b = np.random.rand(n, n).astype(np.float32), np.random.rand(n, n).astype(np.float32)
     out = np.empty((n, n), dtype=np.float32)
-    return _best_rate(lambda: np.matmul(a, b, out=out), 2.0 * n ** 3, seconds) / 1e9
+    return (lambda: np.matmul(a, b, out=out)), 2.0 * n ** 3
 
 
-def _triad_numpy(np: Any, n: int, seconds: float) -> float:
+def _triad_numpy(np: Any, n: int) -> tuple[Callable[[], None], float]:
     a, b = np.random.rand(n).astype(np.float32), np.random.rand(n).astype(np.float32)
     c = np.empty(n, dtype=np.float32)
 
     def triad() -> None:
         np.multiply(b, 1.5, out=c)
         np.add(a, c, out=c)
-    return _best_rate(triad, 4.0 * 4 * n, seconds) / 1e9  # b, c read; c written twice; a read
+    return triad, 4.0 * 4 * n  # b, c read; c written twice; a read
 
 
 def _best_rate_cuda(torch: Any, run: Callable[[], None], work: float, seconds: float,
@@ -144,15 +175,17 @@ def measure(seconds: float = 8.0) -> dict[str, Any]:
             out["seconds"] = round(time.perf_counter() - started, 2)
             return out
         out["device"] = "cpu"
-        out["gflops_fp32"] = round(_matmul_torch(torch, torch.float32, n_mm, share), 2)
-        out["gflops_bf16"] = round(_matmul_torch(torch, torch.bfloat16, n_mm, share), 2)
-        out["bandwidth_gbs"] = round(triad_torch(torch, N_TRIAD, share), 2)
+        rates = _best_rates({"gflops_fp32": _matmul_run(torch, torch.float32, n_mm, share),
+                             "gflops_bf16": _matmul_run(torch, torch.bfloat16, n_mm, share),
+                             "bandwidth_gbs": _triad_run(torch, N_TRIAD)}, 3 * share)
+        out.update({k: round(v / 1e9, 2) for k, v in rates.items()})
     except ImportError:
         try:
             import numpy as np
             out["library"] = f"numpy {np.__version__}"
-            out["gflops_fp32"] = round(_matmul_numpy(np, n_mm, share), 2)
-            out["bandwidth_gbs"] = round(_triad_numpy(np, N_TRIAD, share), 2)
+            rates = _best_rates({"gflops_fp32": _matmul_numpy(np, n_mm),
+                                 "bandwidth_gbs": _triad_numpy(np, N_TRIAD)}, 2 * share)
+            out.update({k: round(v / 1e9, 2) for k, v in rates.items()})
         except ImportError:
             out["error"] = "neither torch nor numpy in this image: nothing to measure with"
     out["seconds"] = round(time.perf_counter() - started, 2)

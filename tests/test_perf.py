@@ -191,6 +191,30 @@ def test_the_probe_measures_this_machine_within_a_sane_range():
         assert ratio < 0.5
 
 
+def test_the_probes_measurements_take_turns_so_that_a_slow_stretch_does_not_set_a_figure():
+    """A machine slow for the first half of the probe (the AMX machine's bf16 for seconds
+    at a time): measured one after the other, the first measurement would fall wholly in
+    it; taking turns, each one's best is of the fast half too."""
+    import time as clock
+    from modak_runtime import probe
+    start = clock.perf_counter()
+    total = 0.6
+
+    def run() -> None:  # 1 unit of work: 40 ms in the slow half, 4 ms after it
+        slow = clock.perf_counter() - start < total / 2
+        clock.sleep(0.04 if slow else 0.004)
+
+    runs = {name: (run, 1.0) for name in ("first", "second", "third")}
+    rates = probe._best_rates(runs, total)
+    assert set(rates) == set(runs)
+    assert all(r > 60 for r in rates.values()), rates  # (fast: 250 a second; slow: 25)
+    assert clock.perf_counter() - start >= total  # (it spends its time)
+    # one after the other, as the probe measured before: the first had only the slow half
+    start = clock.perf_counter()
+    one_by_one = {name: probe._best_rate(r, w, total / 3) for name, (r, w) in runs.items()}
+    assert one_by_one["first"] < 60 < one_by_one["third"], one_by_one
+
+
 def test_the_normalisations_cost_benchmark_measures_every_layer_it_names():
     pytest.importorskip("torch")
     out = subprocess.run([sys.executable, "benchmarks/norm_cost.py", "--repeats", "1",

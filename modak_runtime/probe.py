@@ -8,10 +8,11 @@ Measures, in about ``S`` seconds (default 8), with the threads and CPU features 
 - memory bandwidth, GB/s (a triad ``c = a + s*b`` on arrays far larger than the caches);
 
 each the best rate it reached, the measurements taking turns in slices so that each one's
-best is of the whole time (:func:`_best_rates`); on the job's GPU instead when PyTorch sees one (``torch.cuda.is_available()``: a training
-script then runs there): its products and its memory's triad, each timed to the GPU's end,
-with the time one small operation takes from the host's call to the GPU's end of it
-(``op_us``: what a step of many small operations pays per operation), and the GPU's name;
+best is of the whole time (:func:`_best_rates`); on the job's GPU instead when PyTorch sees
+one (``torch.cuda.is_available()``: a training script then runs there): its products and
+its memory's triad, each timed to the GPU's end, with the time one small operation takes
+from the host's call to the GPU's end of it (``op_us``: what a step of many small
+operations pays per operation), and the GPU's name;
 
 and prints one JSON line ``{"modak": "probe", "schema": 1, ...}`` with the host's facts.
 The performance model uses these figures as the target's features, so that a target it has

@@ -1,4 +1,4 @@
-"""The transfer campaign: sixteen workload families x two batch sizes x three targets.
+"""The transfer campaign: sixteen workload families (four also in Keras) x two batches x targets.
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
         [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
@@ -26,7 +26,11 @@ features the model describes it by); the export describes each target of each ma
 (``boot_id``) by the median of its probes: another session's machine, a host of the same
 kind, is another target.  The configurations are a fraction of the full grid:
 stock, torch.compile, bf16, both, tcmalloc (where the machine has it), and one thread where
-there are two (not on the GPU).  A round
+there are two (not on the GPU).  Four families are also Keras 3 scripts on TensorFlow
+(``keras_*.py``: the small CNN, the MLP, the 1-D conv net and the LSTM LM, ``Model.fit``),
+the ``-keras`` families, recorded under their PyTorch twin's name with their framework
+(a family held out of the model is held out in both), with XLA
+(``Model.compile(jit_compile=True)``) as their graph compiler.  A round
 runs every configuration of one (family, batch, target) cell once, in a shuffled order, so
 that load on this shared machine hits them alike.
 
@@ -124,7 +128,21 @@ FAMILIES: dict[str, tuple[str, list[list[str]]]] = {
     "autoencoder": ("autoencoder.py", [["--batch-size", "32"], ["--batch-size", "256"]]),
     "unet": ("unet.py", [["--batch-size", "4"], ["--batch-size", "16"]]),
     "char-rnn": ("char_rnn.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
+    # four of them again in Keras 3 on TensorFlow (``Model.fit``), at the same batch sizes,
+    # with the graph compiler XLA in place of torch.compile
+    "small-cnn-keras": ("keras_small_cnn.py", [["--batch-size", "32"], ["--batch-size", "128"]]),
+    "mlp-keras": ("keras_mlp.py", [["--batch-size", "64"], ["--batch-size", "512"]]),
+    "conv1d-keras": ("keras_conv1d.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
+    "lstm-lm-keras": ("keras_lstm_lm.py", [["--batch-size", "8"], ["--batch-size", "32"]]),
 }
+# the Keras families' workloads: a family is its architecture, in either framework (held out
+# of the model together); the record's framework tells them apart
+KERAS_FAMILIES: dict[str, str] = {"small-cnn-keras": "small-cnn", "mlp-keras": "mlp",
+                                  "conv1d-keras": "conv1d", "lstm-lm-keras": "lstm-lm"}
+
+
+def workload_of(family: str) -> str:
+    return KERAS_FAMILIES.get(family, family)
 
 # target -> (CPU affinity or None for all, environment, microarchitecture name)
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
@@ -145,7 +163,11 @@ CONFIGS: dict[str, dict[str, str]] = {
     "compile+bf16": {"MODAK_TORCH_COMPILE": "default", "MODAK_PRECISION": "bf16"},
     "tcmalloc": {"LD_PRELOAD": TCMALLOC, "MODAK_ALLOCATOR": "tcmalloc"},
     "threads=1": {"MODAK_THREADS": "1"},
+    # a Keras family's graph compiler
+    "xla": {"MODAK_JIT_COMPILE": "1"},
+    "xla+bf16": {"MODAK_JIT_COMPILE": "1", "MODAK_PRECISION": "bf16"},
 }
+COMPILERS = {"torch.compile": ("compile", "compile+bf16"), "xla": ("xla", "xla+bf16")}
 
 
 def cores_of(target: str) -> int:
@@ -153,10 +175,13 @@ def cores_of(target: str) -> int:
     return len(cpus) if cpus else len(os.sched_getaffinity(0))
 
 
-def configs_for(target: str) -> list[str]:
+def configs_for(target: str, family: str | None = None) -> list[str]:
+    """The configurations a family (a PyTorch one when None) runs in on ``target``."""
+    other = COMPILERS["torch.compile" if family in KERAS_FAMILIES else "xla"]
     return [c for c in CONFIGS
             if not (c == "threads=1" and (cores_of(target) < 2 or target in GPU_TARGETS))
-            and not (c == "tcmalloc" and not os.path.exists(TCMALLOC))]
+            and not (c == "tcmalloc" and not os.path.exists(TCMALLOC))
+            and c not in other]
 
 
 def accelerator_model(probe: dict) -> str | None:
@@ -181,10 +206,12 @@ def run_one(family: str, variant: int, target: str, config: str, steps: int,
     cpus, target_env, micro = TARGETS[target]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODAK_")}
     env.update(target_env, **CONFIGS[config], MODAK_MAX_STEPS=str(steps),
-               MODAK_WORKLOAD=family,
+               MODAK_WORKLOAD=workload_of(family),
                PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
     if micro:
         env["MODAK_MICROARCHITECTURE"] = micro
+    if family in KERAS_FAMILIES:
+        env["KERAS_BACKEND"] = "tensorflow"
     if seconds:
         env["MODAK_MAX_SECONDS"] = f"{seconds:g}"
 
@@ -518,8 +545,8 @@ def main() -> int:
     variants = a.variant or [0, 1]
     counts, broken = done(store, boot_id()), failed(store, boot_id())
 
-    def configs(target: str) -> list[str]:
-        return [c for c in configs_for(target) if not a.config or c in a.config]
+    def configs(target: str, family: str) -> list[str]:
+        return [c for c in configs_for(target, family) if not a.config or c in a.config]
 
     # variant 0 everywhere before variant 1 (in each round: see ``rounds``)
     cells = [(f, v, t) for v in variants for t in targets for f in families]
@@ -528,7 +555,7 @@ def main() -> int:
         scores = uncertainty(store, boot_id())
         ranked = sorted((c for c in dict.fromkeys(cells) if c in scores),
                         key=lambda c: -scores[c])[:a.uncertain]
-        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs(c[2]))
+        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs(c[2], c[0]))
                 for c in ranked}
         cells = ranked
         for c in ranked:
@@ -539,10 +566,10 @@ def main() -> int:
               for f, v, t in dict.fromkeys(cells) if r <= want[(f, v, t)]]
 
     def todo_of(r: int, f: str, v: int, t: str) -> list[str]:
-        return [c for c in configs(t) if counts.get(run_id(f, v, t, c), 0) < r
+        return [c for c in configs(t, f) if counts.get(run_id(f, v, t, c), 0) < r
                 and run_id(f, v, t, c) not in broken]
 
-    left = [(f, v, t, c) for f, v, t in dict.fromkeys(cells) for c in configs(t)
+    left = [(f, v, t, c) for f, v, t in dict.fromkeys(cells) for c in configs(t, f)
             if run_id(f, v, t, c) not in broken
             for _ in range(max(0, want[(f, v, t)] - counts.get(run_id(f, v, t, c), 0)))]
     print(f"{len(left)} runs left"

@@ -4,7 +4,8 @@
         [--family F ...] [--target 2c] [--job-steps 5000] [--budget 0.1] [--repeats 3]
         [--estimators linear,linear-main,gbr-split,extra-trees] [--trial-overhead 2.5]
 
-For each family (``benchmarks/families/``, batch variant 0) on one target of this machine
+For each PyTorch family (``benchmarks/families/``, batch variant 0; the Keras ones are
+measured by the campaign, not searched here) on one target of this machine
 (described, and its grid's best taken, by this machine's campaign runs where the campaign
 ran here; else described by its own probe, run once, and its microarchitecture, its grid's
 best taken from the campaign's runs on machines of the same target, the same
@@ -111,7 +112,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", action="append", default=[],
                     help="a campaign's CSV besides the shipped datasets")
-    ap.add_argument("--family", action="append", choices=sorted(tc.FAMILIES))
+    torch_families = [f for f in tc.FAMILIES if f not in tc.KERAS_FAMILIES]
+    ap.add_argument("--family", action="append", choices=sorted(torch_families))
     ap.add_argument("--target", default="2c", choices=sorted(tc.TARGETS))
     ap.add_argument("--job-steps", type=int, default=5000)
     ap.add_argument("--estimators", default=",".join(QUICK_ESTIMATORS))
@@ -127,7 +129,7 @@ def main() -> int:
     labels = tc.configs_for(a.target)
     rows = []
     machine = None  # this machine's description, probed once where the campaign never ran here
-    for family in a.family or list(tc.FAMILIES):
+    for family in a.family or torch_families:
         BUSY.clear()
         cell = df[(df["workload"] == family) & (df["run_id"].astype(str).str.contains(
             f"/b0/{a.target}/"))]

@@ -1273,6 +1273,35 @@ def test_a_gpu_machines_campaign_joins_the_shipped_one_as_a_target_of_its_own(tm
     assert "tcmalloc" not in campaign.configs_for("2c")
 
 
+def test_a_keras_family_runs_under_its_architectures_name_with_xla_as_its_compiler():
+    """The campaign's Keras families are the PyTorch families' architectures in Keras 3: a
+    run of one goes through the runtime like any script, is recorded under the architecture's
+    name (held out of the model with its PyTorch twin) with its framework, and its graph
+    compiler is XLA (``Model.compile(jit_compile=True)``), never torch.compile; a PyTorch
+    family is never offered XLA."""
+    campaign = _campaign_module()
+    keras_configs = campaign.configs_for("2c", "mlp-keras")
+    assert {"xla", "xla+bf16", "bf16", "stock"} <= set(keras_configs)
+    assert not {"compile", "compile+bf16"} & set(keras_configs)
+    assert not {"xla", "xla+bf16"} & set(campaign.configs_for("2c", "mlp"))
+    assert campaign.configs_for("2c", "mlp") == campaign.configs_for("2c")
+    for family, workload in campaign.KERAS_FAMILIES.items():
+        assert workload in campaign.FAMILIES and campaign.workload_of(family) == workload
+        assert campaign.FAMILIES[family][0].startswith("keras_")
+    rec = campaign.run_one("mlp-keras", 0, "2c", "xla", 2)
+    assert rec["status"] in ("ok", "capped"), rec.get("error")
+    assert rec["workload"] == "mlp" and rec["framework"] == "keras"
+    assert rec["effect"]["compiled"] is True and "jit_compile=True" in rec["applied"]["compiler"]
+    assert rec["metrics"]["s_per_step"] > 0
+    # the same layers as the PyTorch MLP at its batch: its parameters, and its FLOPs a step
+    # within what the two counts differ by (Keras's is three forwards; PyTorch's counts the
+    # backward as run, which computes no gradient of the input: 10% less here)
+    torch_rows = _campaign_rows(lambda r: r["run_id"] == "transfer/mlp/b0/2c/stock")
+    assert rec["fingerprint"]["trainable_parameters"] == int(torch_rows[0]["trainable_parameters"])
+    assert 1.0 < rec["fingerprint"]["flops_per_step"] / float(torch_rows[0]["flops_per_step"]) \
+        < 1.15
+
+
 def test_a_campaign_csv_named_gz_is_written_compressed_and_read_back_as_it_was(tmp_path):
     """The shipped campaign is gzip-compressed (``--csv NAME.gz``): the export writes it so,
     the same rows always as the same bytes (no time stamp: a commit changes the file only

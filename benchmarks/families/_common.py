@@ -6,19 +6,12 @@ losses of two configurations of one family can be compared (a knob that changes 
 result must show it).  Like most users' scripts, they train on the GPU when the job has
 one (``torch.cuda.is_available()``), else on the CPU: the data are drawn on the CPU either
 way, so both devices see the same batches."""
-import argparse
-
 import torch
+from _args import parse
 
 
 def arguments(description, batch=32, steps=30, **extra):
-    ap = argparse.ArgumentParser(description=description)
-    ap.add_argument("--batch-size", type=int, default=batch)
-    ap.add_argument("--steps", type=int, default=steps)
-    ap.add_argument("--lr", type=float, default=0.01)
-    for name, default in extra.items():
-        ap.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
-    a = ap.parse_args()
+    a = parse(description, batch, steps, **extra)
     torch.manual_seed(0)
     return a
 

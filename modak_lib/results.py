@@ -25,8 +25,9 @@ from .perf.features import HOST_IMAGE, TARGET_FIGURES
 from .errors import ModakError
 
 SHIPPED = Path(__file__).parent / "data" / "measurements.csv"
-# the transfer campaign (benchmarks/transfer_campaign.py): sixteen workload families on three
-# targets, the data the model transfers from; shipped so that an installed MODAK has it
+# the transfer campaign (benchmarks/transfer_campaign.py): sixteen workload families (four also
+# in Keras) on the targets it ran on, the data the model transfers from; shipped so that an
+# installed MODAK has it
 # (gzip-compressed: each row's raw runtime record makes it 6 MB as text, 0.6 MB compressed)
 CAMPAIGN = SHIPPED.with_name("transfer-campaign.csv.gz")
 SHIPPED_DATASETS = (SHIPPED, CAMPAIGN)

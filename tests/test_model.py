@@ -285,8 +285,10 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path):
     # alone, its held-out figures carried over and said to be of the rows they were
     card = m.load(path).card
     assert card.held_out_rows == rows and card.estimator == compared.estimator
-    assert (card.held_out_mape, card.sigma_log, card.sigma_log_unseen) == (
-        compared.held_out_mape, compared.sigma_log, compared.sigma_log_unseen)
+    assert (card.held_out_mape, card.sigma_log, card.sigma_log_unseen,
+            card.sigma_log_unseen_by_framework) == (
+        compared.held_out_mape, compared.sigma_log, compared.sigma_log_unseen,
+        compared.sigma_log_unseen_by_framework)
     store.append([row("mnist-cnn", "off", 1, "glibc", "fp32", 0.2, rep=10 + i)
                   for i in range(int(rows * m.REFRESH_SHARE) + 1)])
     third = m.refit_after_run(store, path).model_id  # grown by more than REFRESH_SHARE: compared again
@@ -468,6 +470,41 @@ def test_a_target_never_measured_is_predicted_from_its_figures(monkeypatch, tmp_
                       predictor=predictor, run_id="t").plan
     assert blank.decided_by == "prior"
     assert any("measured GFLOP/s and bandwidth (run `modak probe`)" in n for n in blank.notes)
+
+
+def test_a_new_workloads_interval_is_its_own_frameworks_held_out_error(monkeypatch, tmp_path):
+    """The card keeps the held-out families' error of each framework with two or more of
+    them (``fit.framework_sigmas``); a workload never measured on the target gets its own
+    framework's: a PyTorch script an interval of the PyTorch families' error, and where
+    its framework's families were held out too far off (Keras's, as shipped), no decision
+    by the model: the trials settle it."""
+    from modak_lib.perf import predictor as P
+    monkeypatch.setenv("MODAK_PROBES", str(tmp_path / "probes.json"))
+    usable = m.usable(m.training_frame(synthetic(noise=0.02)))
+    residual = usable["y"].to_numpy() - m.held_out_predictions(usable, "linear", "workload")
+    rms = float(np.sqrt(np.mean(residual ** 2)))
+    assert m.framework_sigmas(usable, residual) == {"pytorch": pytest.approx(rms, abs=1e-4)}
+    usable.loc[usable["workload"] == "resnet18", "framework"] = "keras"
+    assert m.framework_sigmas(usable, residual) == {}  # (one family each: nothing to tell)
+    predictor = predictor_for(synthetic(noise=0.02))
+    elsewhere = {"microarchitecture": "skylake_avx512", "cores_per_node": 4}
+    narrow = 0.2
+    predictor.meta["sigma_log_unseen_by_framework"] = {"pytorch": narrow, "keras": 0.9}
+    assert predictor.meta["sigma_log_unseen"] > P.MAX_UNSEEN_SIGMA  # (the pooled error)
+    plan = make_plan(mnist_request(**elsewhere), predictor=predictor, run_id="t").plan
+    assert plan.decided_by == "model"
+    assert any("held-out pytorch workload families' error" in n for n in plan.notes), plan.notes
+    p = plan.candidates[0].prediction
+    assert p.high / p.low == pytest.approx(math.exp(2 * 1.645 * narrow))
+    predictor.meta["sigma_log_unseen_by_framework"] = {"pytorch": 0.9}
+    gated = make_plan(mnist_request(**elsewhere), predictor=predictor, run_id="t").plan
+    assert gated.decided_by == "prior"
+    assert any("its error on held-out pytorch workload families is x2.46" in n
+               for n in gated.notes), gated.notes
+    # as shipped: a new Keras workload is left to trials, a new PyTorch one is predicted
+    shipped = json.loads((ROOT / "modak_lib/data/quick-comparison.json").read_text())
+    by_framework = shipped["sigma_log_unseen_by_framework"]
+    assert by_framework["keras"] > P.MAX_UNSEEN_SIGMA > by_framework["pytorch"]
 
 
 def test_unmeasured_configurations_get_model_predictions_with_intervals():
@@ -1415,6 +1452,8 @@ def test_a_first_fit_takes_the_shipped_comparison_which_is_the_one_it_would_comp
     assert afresh.held_out_mape == pytest.approx(shipped.held_out_mape, rel=0.01)
     assert (afresh.sigma_log, afresh.sigma_log_unseen) == pytest.approx(
         (shipped.sigma_log, shipped.sigma_log_unseen), rel=0.01)
+    assert afresh.sigma_log_unseen_by_framework == pytest.approx(
+        shipped.sigma_log_unseen_by_framework, rel=0.01)
 
     def computed(*args, **kwargs):
         raise AssertionError("compared the estimators again")
@@ -1422,6 +1461,7 @@ def test_a_first_fit_takes_the_shipped_comparison_which_is_the_one_it_would_comp
     card = m.fit(data, estimators=m.QUICK_ESTIMATORS).card
     assert (card.estimator, card.held_out_mape, card.sigma_log_unseen, card.held_out_rows) \
         == (shipped.estimator, shipped.held_out_mape, shipped.sigma_log_unseen, len(frame))
+    assert card.sigma_log_unseen_by_framework == shipped.sigma_log_unseen_by_framework
     with pytest.raises(AssertionError, match="compared the estimators again"):
         m.fit(pd.concat([data, synthetic()], ignore_index=True), estimators=m.QUICK_ESTIMATORS)
     with pytest.raises(AssertionError, match="compared the estimators again"):
@@ -1437,7 +1477,8 @@ def test_a_model_of_cpu_data_does_not_decide_for_an_accelerator_it_never_measure
     fitted = m.fit(synthetic(noise=0.05, seed=3), estimators=("linear",))
     assert fitted.meta["light"]["accelerators"] == []
     # (trusted for unseen targets, so that only the accelerator can stop it)
-    fast = FastPredictor({**fitted.meta, "sigma_log_unseen": 0.1})
+    fast = FastPredictor({**fitted.meta, "sigma_log_unseen": 0.1,
+                          "sigma_log_unseen_by_framework": {"pytorch": 0.1}})
     new = {"microarchitecture": "skylake_avx512"}  # (nothing measured there to answer it)
     cpu = make_plan(mnist_request(**new), predictor=fast, run_id="c").plan
     gpu = make_plan(mnist_request(**new, accelerators={"vendor": "nvidia", "model": "V100",

@@ -43,6 +43,11 @@ class ModelCard(BaseModel):
     sigma_log_unseen: float = Field(description="RMS error in log space, a whole workload "
                                     "family (or target) held out: the uncertainty for one "
                                     "never measured")
+    sigma_log_unseen_by_framework: dict[str, float] = Field(
+        default_factory=dict, description="sigma_log_unseen of each framework's rows alone, "
+        "for a framework with two or more families held out: a new workload's uncertainty "
+        "in its own framework (a Keras family held out is far further off than a PyTorch "
+        "one); none in older cards")
     versions: dict[str, str]
     fitted_at: str
     light: dict[str, Any] = Field(default_factory=dict, description="for the fast predictor: "
@@ -66,4 +71,5 @@ class Comparison(BaseModel):
     held_out_rows: int
     sigma_log: float
     sigma_log_unseen: float
+    sigma_log_unseen_by_framework: dict[str, float] = Field(default_factory=dict)
     versions: dict[str, str] = Field(description="the libraries it was computed with")

@@ -708,7 +708,9 @@ def fit(df, estimators: Sequence[str] = None, by: str = "workload",
         held_out_by=by, held_out_mape={k: None if v is None else round(v, 4)
                                        for k, v in scores.items()},
         held_out_rows=held_rows, sigma_log=round(sigma_loco, 4),
-        sigma_log_unseen=round(sigma, 4), versions=library_versions(), residual_range=bounds,
+        sigma_log_unseen=round(sigma, 4),
+        sigma_log_unseen_by_framework=dict(carry.sigma_log_unseen_by_framework),
+        versions=library_versions(), residual_range=bounds,
         machine_effects={m: round(e, 4) for m, e in effects.items()},
         fitted_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), light=light)
     keep = every[TARGET_KEYS + CONFIG_KEYS + ["s_per_step", "accelerator", "source"]].copy()
@@ -736,6 +738,7 @@ def compare(df, estimators: Sequence[str], by: str, shared: Optional[dict] = Non
         best = challenger
     res = residual[best][~np.isnan(residual[best])]
     sigma = float(np.sqrt(np.mean(res ** 2))) if len(res) else 0.5
+    per_framework = framework_sigmas(df, residual[best]) if by == "workload" else {}
     loco = residual[best] if by == "configuration" else (
         df["y"].to_numpy() - held_out_predictions(df, best, "configuration", LOCO_FOLDS,
                                                   shared))
@@ -746,7 +749,25 @@ def compare(df, estimators: Sequence[str], by: str, shared: Optional[dict] = Non
         feature_version=F.FEATURE_VERSION, estimator=best, held_out_by=by,
         held_out_mape={k: None if v != v else round(float(v), 4) for k, v in scores.items()},
         rows=int(len(df)), held_out_rows=int(len(df)), sigma_log=round(sigma_loco, 4),
-        sigma_log_unseen=round(sigma, 4), versions=library_versions())
+        sigma_log_unseen=round(sigma, 4), sigma_log_unseen_by_framework=per_framework,
+        versions=library_versions())
+
+
+def framework_sigmas(df, residual) -> dict[str, float]:
+    """The RMS of ``residual`` (log space, each row's with its family held out) over each
+    framework's rows, for the frameworks with two or more families: how far a new
+    workload's prediction is off in its own framework."""
+    import numpy as np
+
+    if "framework" not in df:
+        return {}
+    frameworks = df["framework"].astype(str).to_numpy()
+    out = {}
+    for name in sorted(set(frameworks)):
+        mine = (frameworks == name) & ~np.isnan(residual)
+        if df.loc[mine, "workload"].nunique() >= 2:
+            out[name] = round(float(np.sqrt(np.mean(residual[mine] ** 2))), 4)
+    return out
 
 
 # the quick estimators' comparison on the shipped datasets alone: what a first plan (and

@@ -303,14 +303,21 @@ class FastPredictor:
         # a workload not measured on this target: its error as measured on held-out workload
         # families, else on held-out configurations
         seen = bool(same)
-        sigma = self.sigma if seen else self.meta.get("sigma_log_unseen", self.sigma)
+        framework = str(rows[0]["framework"]) if rows else None
+        # (a new workload: the held-out families' error, of its own framework where the card
+        # measured that apart)
+        per_framework = (self.meta.get("sigma_log_unseen_by_framework") or {}).get(framework)
+        sigma = self.sigma if seen else per_framework if per_framework is not None else \
+            self.meta.get("sigma_log_unseen", self.sigma)
+        families = f"held-out {framework} workload families" if per_framework is not None \
+            else "held-out workload families"
         if lacking:
             self.notes.append(f"the model cannot speak for {name} here: it lacks "
                               + "; ".join(lacking)
                               + (" (measured configurations are answered by their "
                                  "measurements)" if same else ""))
         if not seen and not lacking and sigma > MAX_UNSEEN_SIGMA:
-            lacking = [f"a model that transfers: its error on held-out workload families is "
+            lacking = [f"a model that transfers: its error on {families} is "
                        f"x{math.exp(sigma):.2f} (sigma {sigma:.2f} in log space, more than "
                        f"{MAX_UNSEEN_SIGMA}), too wide to decide here; trials settle it"]
             self.notes.append(f"the model cannot speak for {name} here: it lacks "
@@ -319,7 +326,7 @@ class FastPredictor:
             self.notes.append(f"{name} (fingerprint {fp}) was not measured on "
                               f"{target.microarchitecture} with {target.cores_per_node} "
                               "cores: predicted from what it and the target are (its "
-                              "interval is the held-out families' error, "
+                              f"interval is the {families}' error, "
                               f"x{math.exp(Z90 * sigma):.2f})")
         out: list[Optional[Prediction]] = []
         correct = self._knob_effects(rows[0], same, target.cores_per_node) \

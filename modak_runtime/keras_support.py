@@ -330,6 +330,10 @@ class _Keras:
             fp.flop_share = shares
             fp.grouped_share = grouped
             fp.method = "analytic from the Keras layers' shapes (step = 3 x forward)"
+            written, steps = keras_traffic(model)
+            fp.elements_per_step = (ELEMENTS_OVER_FORWARD * written * batch_size
+                                    + ELEMENTS_PER_PARAMETER * size) or None
+            fp.recurrent_steps = steps
         fp.id = fingerprint_id("keras", fp)
 
     def callback(self, model, args, kwargs):
@@ -377,6 +381,20 @@ def _dims(shape) -> list[int]:
     return [int(d) if d is not None else 1 for d in shape]
 
 
+# elements a training step writes per element its forward's layers put out (the forward's
+# output, the backward's gradient of it), and per trainable parameter (its gradient, the
+# optimizer's state and the update).  An estimate from the layers' shapes: PyTorch's
+# dispatcher counts what each operation writes, Keras has no such hook; on the campaign's
+# four architectures written both ways this is 1.0-1.24 times PyTorch's count, 0.4-0.5 on
+# the LSTM language model (the loss's and a fused LSTM's own tensors are not layer outputs)
+ELEMENTS_OVER_FORWARD = 2.0
+ELEMENTS_PER_PARAMETER = 3.0
+# layers whose output is a view of their input (nothing written)
+VIEWS = ("InputLayer", "Flatten", "Reshape", "Permute", "RepeatVector", "Identity")
+# the gates of each recurrent layer
+RECURRENT = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}
+
+
 def _layers(model) -> list:
     out = []
     for layer in getattr(model, "layers", []):
@@ -390,7 +408,10 @@ def _layers(model) -> list:
 
 def layer_flops(layer) -> tuple[Optional[str], float]:
     """(kind, forward FLOPs per sample) of one built Keras layer."""
-    name = type(layer).__name__
+    name = _kind(layer)
+    if name == "Bidirectional":  # two recurrent layers over the same input
+        both = [layer_flops(inner) for inner in _directions(layer)]
+        return both[0][0], sum(flops for _, flops in both)
     try:
         inp = _dims(layer.input.shape)[1:]
         out = _dims(layer.output.shape)[1:]
@@ -410,8 +431,8 @@ def layer_flops(layer) -> tuple[Optional[str], float]:
         k = math.prod(layer.kernel_size)
         groups = getattr(layer, "groups", 1) or 1
         return "conv", 2.0 * k * inp[-1] / groups * out[-1] * spatial
-    if name in ("LSTM", "GRU", "SimpleRNN"):
-        gates = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}[name]
+    if name in RECURRENT:
+        gates = RECURRENT[name]
         steps = inp[0] if len(inp) > 1 else 1
         return "recurrent", 2.0 * gates * (inp[-1] + layer.units) * layer.units * steps
     if name == "MultiHeadAttention":
@@ -427,7 +448,7 @@ def grouped_flops(layer) -> float:
     """The forward FLOPs per sample of a built Keras layer's grouped (depthwise)
     convolution: all of a depthwise or grouped convolution's, a separable one's depthwise
     part; 0 for any other layer."""
-    name = type(layer).__name__
+    name = _kind(layer)
     try:
         inp = _dims(layer.input.shape)[1:]
         out = _dims(layer.output.shape)[1:]
@@ -455,3 +476,69 @@ def keras_flops(model) -> tuple[float, dict[str, float], float]:
     total = sum(per_kind.values())
     return (total, {k: (v / total if total else 0.0) for k, v in per_kind.items()},
             grouped / total if total else 0.0)
+
+
+def _directions(layer) -> list:
+    """A Bidirectional wrapper's two layers, each as if it ran on the wrapper's input
+    (Keras builds them without a node of their own)."""
+    return [_AsCalled(inner, layer) for inner in (layer.forward_layer, layer.backward_layer)]
+
+
+def _kind(layer) -> str:
+    """A layer's class name (a Bidirectional's inner layer's, for :class:`_AsCalled`)."""
+    return type(getattr(layer, "_inner", layer)).__name__
+
+
+class _AsCalled:
+    """A Bidirectional's inner layer, with the wrapper's input shape and its own output."""
+
+    def __init__(self, inner, wrapper):
+        self._inner, self._wrapper = inner, wrapper
+
+    def __getattr__(self, name):
+        if name == "input":
+            return self._wrapper.input
+        if name == "output":
+            shape = _dims(self._wrapper.input.shape)[:-1]
+            if not getattr(self._inner, "return_sequences", False):
+                shape = shape[:1]
+            return type("Out", (), {"shape": (*shape, self._inner.units)})()
+        return getattr(self._inner, name)
+
+
+def layer_traffic(layer) -> tuple[float, int]:
+    """(elements its forward writes per sample, time steps it runs in sequence) of one
+    built Keras layer: its output (none for a view), again for a non-linear activation
+    of its own; a recurrent layer's gates and states at every time step."""
+    name = _kind(layer)
+    if name == "Bidirectional":
+        both = [layer_traffic(inner) for inner in _directions(layer)]
+        return sum(e for e, _ in both), sum(t for _, t in both)
+    if name in VIEWS:
+        return 0.0, 0
+    try:
+        inp = _dims(layer.input.shape)[1:]
+        out = _dims(layer.output.shape)[1:]
+    except Exception:
+        return 0.0, 0
+    written = float(math.prod(out))
+    activation = getattr(getattr(layer, "activation", None), "__name__", "linear")
+    if activation not in ("linear", "identity") and name not in RECURRENT:
+        written *= 2
+    steps = 0
+    if name in RECURRENT:
+        steps = inp[0] if len(inp) > 1 else 1
+        # the gates' pre-activations and activations, the new state (an LSTM's cell too)
+        written += steps * layer.units * (2 * RECURRENT[name] + (2 if name == "LSTM" else 1))
+    return written, steps
+
+
+def keras_traffic(model) -> tuple[float, int]:
+    """The elements a model's forward writes per sample (its layers' outputs, see
+    :func:`layer_traffic`) and the time steps its recurrent layers run in sequence, summed
+    over them (the fingerprint's ``recurrent_steps``)."""
+    elements, steps = 0.0, 0
+    for layer in _layers(model):
+        e, t = layer_traffic(layer)
+        elements, steps = elements + e, steps + t
+    return elements, steps

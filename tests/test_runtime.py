@@ -605,6 +605,34 @@ def test_keras_fingerprint_counts_depthwise_convolutions_alike():
     assert shares["conv"] == pytest.approx((total - dense) / total)
 
 
+def test_keras_fingerprint_counts_the_elements_written_and_the_recurrent_time_steps():
+    """Keras has no dispatcher to count on: the elements a step writes are estimated from
+    the layers' outputs (a view none, a layer's own activation twice, a recurrent layer's
+    gates and states at every time step), and the time steps its recurrent layers run in
+    sequence are counted, a Bidirectional layer's in both directions, its FLOPs too."""
+    need("keras")
+    import keras
+
+    from modak_runtime.keras_support import keras_flops, keras_traffic
+    length, features, units = 10, 4, 6
+    model = keras.Sequential([keras.Input((length, features)),
+                              keras.layers.LSTM(units, return_sequences=True),
+                              keras.layers.Bidirectional(keras.layers.GRU(units)),
+                              keras.layers.Flatten(), keras.layers.Dense(8, activation="relu"),
+                              keras.layers.Dense(2)])
+    lstm = length * units + length * units * (2 * 4 + 2)  # output; gates, cell and state
+    gru = units + length * units * (2 * 3 + 1)  # the last step's output; gates and state
+    elements, steps = keras_traffic(model)
+    assert steps == length + 2 * length
+    assert elements == pytest.approx(lstm + 2 * gru + 2 * 8 + 2)  # (Flatten: a view)
+    total, shares, _ = keras_flops(model)
+    recurrent = (2 * 4 * (features + units) * units * length
+                 + 2 * 2 * 3 * (units + units) * units * length)
+    dense = 2 * (2 * units) * 8 + 2 * 8 * 2
+    assert total == pytest.approx(recurrent + dense)
+    assert shares["recurrent"] == pytest.approx(recurrent / total)
+
+
 def test_fingerprint_of_a_transformer_counts_attention():
     need("torch")
     rc, _, rec, err = run(SCRIPTS / "tiny_lm.py", "--steps", "2")

@@ -56,9 +56,8 @@ def main() -> int:
     df["fingerprint"] = df["fingerprint"].astype(object)
     df["input_shape"] = df["input_shape"].astype(object)
     for key, g in df.groupby(["workload", "framework", "batch_size", "image_size"]):
-        if g["fingerprint"].notna().all() and (
-                key[1] != "pytorch" or g["elements_per_step"].notna().all()):
-            continue  # (Keras' fingerprint counts no elements)
+        if g["fingerprint"].notna().all() and g["elements_per_step"].notna().all():
+            continue
         row = fingerprint(key[0], key[1], int(key[2]), int(key[3]))
         print(f"{key}: {row['fingerprint']} params={row['trainable_parameters']} "
               f"flops/step={row['flops_per_step']:.4g} shape={row['input_shape']}")

@@ -26,8 +26,9 @@ features the model describes it by); the export describes each target of each ma
 (``boot_id``) by the median of its probes: another session's machine, a host of the same
 kind, is another target.  The configurations are a fraction of the full grid:
 stock, torch.compile, bf16, both, tcmalloc (where the machine has it), and one thread where
-there are two (not on the GPU).  Four families are also Keras 3 scripts on TensorFlow
-(``keras_*.py``: the small CNN, the MLP, the 1-D conv net and the LSTM LM, ``Model.fit``),
+there are two (not on the GPU).  Five families are also Keras 3 scripts on TensorFlow
+(``keras_*.py``: the small CNN, the MLP, the 1-D conv net, the LSTM LM and the GRU,
+``Model.fit``),
 the ``-keras`` families, recorded under their PyTorch twin's name with their framework
 (a family held out of the model is held out in both), with XLA
 (``Model.compile(jit_compile=True)``) as their graph compiler.  A round
@@ -134,11 +135,14 @@ FAMILIES: dict[str, tuple[str, list[list[str]]]] = {
     "mlp-keras": ("keras_mlp.py", [["--batch-size", "64"], ["--batch-size", "512"]]),
     "conv1d-keras": ("keras_conv1d.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
     "lstm-lm-keras": ("keras_lstm_lm.py", [["--batch-size", "8"], ["--batch-size", "32"]]),
+    # and a second recurrent one, added later
+    "gru-keras": ("keras_gru.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
 }
 # the Keras families' workloads: a family is its architecture, in either framework (held out
 # of the model together); the record's framework tells them apart
 KERAS_FAMILIES: dict[str, str] = {"small-cnn-keras": "small-cnn", "mlp-keras": "mlp",
-                                  "conv1d-keras": "conv1d", "lstm-lm-keras": "lstm-lm"}
+                                  "conv1d-keras": "conv1d", "lstm-lm-keras": "lstm-lm",
+                                  "gru-keras": "gru"}
 
 
 def workload_of(family: str) -> str:
@@ -176,12 +180,17 @@ def cores_of(target: str) -> int:
 
 
 def configs_for(target: str, family: str | None = None) -> list[str]:
-    """The configurations a family (a PyTorch one when None) runs in on ``target``."""
+    """The configurations a family (a PyTorch one when None) runs in on ``target``.  Not XLA
+    on a target made by capping oneDNN's and ATen's ISA (``avx2``): XLA generates its own
+    code for the host's CPU, which the caps do not reach, so it would measure this machine
+    (its XLA with bf16 ran the 1-D conv net and the MLP at 0.59-0.70x stock's time there,
+    where oneDNN's bf16 has no primitive at all), not a CPU without AVX-512 or native bf16."""
     other = COMPILERS["torch.compile" if family in KERAS_FAMILIES else "xla"]
+    capped = "ONEDNN_MAX_CPU_ISA" in TARGETS[target][1]
     return [c for c in CONFIGS
             if not (c == "threads=1" and (cores_of(target) < 2 or target in GPU_TARGETS))
             and not (c == "tcmalloc" and not os.path.exists(TCMALLOC))
-            and c not in other]
+            and c not in other and not (capped and c in COMPILERS["xla"])]
 
 
 def accelerator_model(probe: dict) -> str | None:
@@ -336,7 +345,7 @@ def descriptions(rows: list[dict]) -> dict[tuple, dict[str, float]]:
     target and machine.  Not the best: one machine's bandwidth probes here measured 49,
     54 and 88 GB/s.  Another session's machine, a host of the same kind, is another
     target: this CPU's bf16 products measured 435 GFLOP/s on one and 964 on another, and
-    the same scripts ran 1.4-2.2x faster there."""
+    the same scripts ran 1.4-2.2x faster there.  (Rounded: the median of two is their mean.)"""
     import statistics
 
     probes: dict[tuple, set] = {}
@@ -344,7 +353,7 @@ def descriptions(rows: list[dict]) -> dict[tuple, dict[str, float]]:
         if r.get("source") == SOURCE and r.get("gflops_fp32"):
             probes.setdefault(machine(r), set()).add(tuple(
                 float(r[k]) if r.get(k) else None for k in TARGET_FIGURES))
-    return {m: {k: statistics.median(v) for i, k in enumerate(TARGET_FIGURES)
+    return {m: {k: round(statistics.median(v), 4) for i, k in enumerate(TARGET_FIGURES)
                 if (v := [p[i] for p in seen if p[i] is not None])}
             for m, seen in probes.items()}
 

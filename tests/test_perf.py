@@ -154,6 +154,22 @@ def test_the_baseline_adds_a_gpus_recurrent_time_steps_but_not_a_cpus():
         assert F.baseline({**gpu, "recurrent_steps": none}) == pytest.approx(F.baseline(gpu))
 
 
+def test_a_keras_models_recurrent_time_steps_cost_a_cpu_each():
+    """Keras runs a recurrent layer's time steps on a CPU as a loop of its backend's graph:
+    each step costs KERAS_RECURRENT_STEP_US beyond its FLOPs, where PyTorch's layer runs
+    them in the library's loop; on a GPU both pay the probe's kernels a step."""
+    keras = {**ROW, "precision": "fp32", "threads": 2, "framework": "keras"}
+    assert "ops_per_step" not in keras  # (Keras' fingerprint counts no dispatched operations)
+    arithmetic = math.exp(F.baseline(keras))
+    assert math.exp(F.baseline({**keras, "recurrent_steps": 96})) - arithmetic == \
+        pytest.approx(96 * F.KERAS_RECURRENT_STEP_US * 1e-6)
+    torch = {**keras, "framework": "pytorch"}
+    assert F.baseline({**torch, "recurrent_steps": 96}) == pytest.approx(F.baseline(torch))
+    gpu = {**keras, "accelerator": "H100", "op_us": 6.0}
+    assert math.exp(F.baseline({**gpu, "recurrent_steps": 96})) - math.exp(F.baseline(gpu)) \
+        == pytest.approx(96 * F.RECURRENT_KERNELS * 6e-6)
+
+
 def test_what_the_model_lacks_is_said():
     assert F.missing(ROW) == []
     lacking = F.missing({**ROW, "flops_per_step": None, "gflops_fp32": None})

@@ -44,7 +44,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-FEATURE_VERSION = 11  # a saved model of another version is refitted (fit.load)
+FEATURE_VERSION = 12  # a saved model of another version is refitted (fit.load)
 
 CONFIG_KEYS = ["compiler", "threads", "allocator", "precision", "channels_last", "onednn"]
 # the forward FLOPs' shares by layer kind (+ other = the rest), and ``grouped``: the part of
@@ -103,6 +103,13 @@ CPU_MODULE_US = 50.0
 # lowest error (see the README); 4 is the count. A CPU runs the steps in the library's loop
 # (oneDNN's LSTM) or dispatches each step's operations, which ``ops_per_step`` counts
 RECURRENT_KERNELS = 4.0
+# the time of one time step of one recurrent layer of a Keras model on a CPU, beyond its
+# FLOPs: Keras runs the steps as a loop of its backend's graph (TensorFlow's while_loop), each
+# step's operations one after the other, forward and backward, where PyTorch's layers run
+# them in the library's own loop.  Measured, not fitted: benchmarks/recurrent_step_cost.py
+# on this project's CPU (2 cores), a layer of 8 units: LSTM 185, GRU 213, SimpleRNN 116 us
+# (medians of 3 rounds); at 256 units 470, 398 and 144 beyond the FLOPs at the probe's rate
+KERAS_RECURRENT_STEP_US = 200.0
 # a configuration's knobs at their framework defaults (and its threads: all cores)
 STOCK = {"compiler": "off", "allocator": "glibc", "precision": "fp32", "channels_last": 0,
          "onednn": 1}
@@ -266,7 +273,8 @@ def baseline(row: dict[str, Any]) -> float:
     operations the step dispatches (``ops_per_step``) at the time of one operation the
     target's probe measured (``op_us``: a GPU's), else at :func:`cpu_dispatch_us`; plus, on a
     GPU (``op_us`` measured), its recurrent layers' time steps (``recurrent_steps``) at
-    :data:`RECURRENT_KERNELS` operations each. NaN when a figure is missing (``missing`` says
+    :data:`RECURRENT_KERNELS` operations each, and on a CPU a Keras model's at
+    :data:`KERAS_RECURRENT_STEP_US` each. NaN when a figure is missing (``missing`` says
     which)."""
     flops, gflops = _float(row.get("flops_per_step")), _float(row.get("gflops_fp32"))
     if not (flops > 0 and gflops > 0):
@@ -294,6 +302,8 @@ def baseline(row: dict[str, Any]) -> float:
     steps = _float(row.get("recurrent_steps"))
     if steps > 0 and op_us > 0:
         seconds += steps * RECURRENT_KERNELS * op_us * 1e-6
+    elif steps > 0 and _text(row.get("framework"), "none") == "keras":
+        seconds += steps * KERAS_RECURRENT_STEP_US * 1e-6
     return math.log(seconds)
 
 

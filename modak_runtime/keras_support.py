@@ -411,7 +411,7 @@ def layer_flops(layer) -> tuple[Optional[str], float]:
     name = _kind(layer)
     if name == "Bidirectional":  # two recurrent layers over the same input
         both = [layer_flops(inner) for inner in _directions(layer)]
-        return both[0][0], sum(flops for _, flops in both)
+        return both[0][0], sum(pair[1] for pair in both)
     try:
         inp = _dims(layer.input.shape)[1:]
         out = _dims(layer.output.shape)[1:]
@@ -513,7 +513,7 @@ def layer_traffic(layer) -> tuple[float, int]:
     name = _kind(layer)
     if name == "Bidirectional":
         both = [layer_traffic(inner) for inner in _directions(layer)]
-        return sum(e for e, _ in both), sum(t for _, t in both)
+        return sum(pair[0] for pair in both), sum(pair[1] for pair in both)
     if name in VIEWS:
         return 0.0, 0
     try:

@@ -38,7 +38,10 @@ that load on this shared machine hits them alike.
 It is **resumable**: it appends every run to the results store and skips what the store
 already holds from this machine (``--repeats`` per configuration; another session's host,
 another ``boot_id``, is another target and gets its own runs; a configuration that failed
-on this machine is not run here again, one that failed on another is), so it can run in pieces
+on this machine is not run here again, one that failed on another is; so is one whose
+process crashed, by a signal of its own such as oneDNN's abort where it has no bf16
+primitive, recorded as failed with the signal and the last line of its error output; one
+killed from outside or past its time is not recorded and runs again), so it can run in pieces
 (``--minutes`` stops starting runs after so long); an empty store is first filled from
 ``--csv`` when that file exists (the committed campaign).  ``--csv`` then writes the
 store's campaign rows: MODAK ships that file (``modak_lib/data``), so that every model
@@ -62,8 +65,8 @@ stops it.
 
 Repeats go where the model is uncertain: ``--uncertain N`` runs one more round of the N
 cells of this machine (of those selected by ``--family``/``--target``/``--variant``) whose
-measurements the model predicts worst with each configuration held out in turn
-(``uncertainty``): the cells whose runs disagree with each other or with every other cell.
+measurements the model predicts worst with their configuration held out (in 10 folds,
+``uncertainty``): the cells whose runs disagree with each other or with every other cell.
 
 ``--refingerprint`` runs nothing of the campaign: it fingerprints each (family, batch) once
 (two steps, stock, through the runtime) and writes the fingerprint's columns that the
@@ -83,10 +86,12 @@ and the input shape are the rows' own.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -99,7 +104,8 @@ from modak_lib.perf.features import TARGET_FIGURES  # noqa: E402
 from modak_lib.perf.probe import run_here  # noqa: E402
 from modak_lib.results import (COLUMNS, ResultsStore, open_csv, parse_fom_lines,  # noqa: E402
                                row_from_fom, write_csv)
-from modak_runtime.session import boot_id  # noqa: E402
+from modak_runtime.record import FOM_KEY, SCHEMA  # noqa: E402
+from modak_runtime.session import boot_id, host_facts  # noqa: E402
 
 FAMILIES_DIR = ROOT / "benchmarks" / "families"
 SOURCE = "transfer-campaign"
@@ -207,6 +213,61 @@ def run_id(family: str, variant: int, target: str, config: str) -> str:
     return f"transfer/{family}/b{variant}/{target}/{config}"
 
 
+# the signals a run's own process dies of (an abort, a fault): the same script and
+# configuration on the same machine crash again, so a crash is recorded as a failure; a
+# run killed from outside (SIGKILL: out of memory; SIGTERM) or past its time is not
+CRASH_SIGNALS = {signal.SIGABRT, signal.SIGSEGV, signal.SIGILL, signal.SIGBUS, signal.SIGFPE}
+
+
+class Crashed(RuntimeError):
+    """A run whose process died of one of :data:`CRASH_SIGNALS`, before any record."""
+
+    def __init__(self, message: str, signum: int, stderr: str):
+        super().__init__(message)
+        self.signum, self.stderr = signum, stderr
+
+    def reason(self) -> str:
+        """The signal's name and the last line of the run's error output that says why."""
+        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        why = next((ln for ln in reversed(lines) if "error" in ln.lower()
+                    or "what()" in ln), lines[-1] if lines else "")
+        why = " ".join(why.split())
+        return f"{signal.Signals(self.signum).name}: {why}"[:500]
+
+
+def crash_record(family: str, target: str, config: str, exc: Crashed,
+                 fingerprint: dict | None) -> dict:
+    """The figure-of-merit record of a run that crashed (:class:`Crashed`): status failed,
+    the configuration it ran (from its environment, :data:`CONFIGS`), this machine, the
+    workload's fingerprint as its other runs recorded it, the signal as its error."""
+    env = CONFIGS[config]
+    compiler = ("torch.compile:" + env["MODAK_TORCH_COMPILE"] if "MODAK_TORCH_COMPILE" in env
+                else "xla" if env.get("MODAK_JIT_COMPILE") else "off")
+    threads = env.get("MODAK_THREADS")
+    return {"modak": FOM_KEY, "schema": SCHEMA, "status": "failed",
+            "workload": workload_of(family),
+            "framework": "keras" if family in KERAS_FAMILIES else "pytorch",
+            "script": FAMILIES[family][0],
+            "config": {"compiler": compiler, "precision": env.get("MODAK_PRECISION", "fp32"),
+                       "allocator": env.get("MODAK_ALLOCATOR", "glibc"),
+                       "threads": int(threads) if threads else None,
+                       "channels_last": False, "onednn": True},
+            "host": {**host_facts(), "cores": cores_of(target)},
+            "fingerprint": fingerprint or {}, "metrics": {}, "effect": {}, "applied": {},
+            "not_applied": {}, "error": {"type": "signal", "message": exc.reason()}}
+
+
+def fingerprint_of(store: ResultsStore, family: str, variant: int) -> dict | None:
+    """The workload fingerprint the family's runs at this batch recorded (any target's)."""
+    prefix = f"transfer/{family}/b{variant}/"
+    for r in _campaign_rows(store):
+        if (r.get("run_id") or "").startswith(prefix) and r.get("raw"):
+            fp = json.loads(r["raw"]).get("fingerprint")
+            if fp:
+                return fp
+    return None
+
+
 def run_one(family: str, variant: int, target: str, config: str, steps: int,
             seconds: float | None = None) -> dict:
     """One run through the runtime, capped at ``steps`` (and at ``seconds``: a search's
@@ -233,6 +294,10 @@ def run_one(family: str, variant: int, target: str, config: str, steps: int,
                           cwd=FAMILIES_DIR, capture_output=True, text=True, env=env,
                           preexec_fn=pin if cpus else None, timeout=900)
     recs = parse_fom_lines(proc.stdout)
+    if not recs and -proc.returncode in CRASH_SIGNALS:
+        raise Crashed(f"{family} b{variant} {target} {config}: crashed "
+                      f"({signal.Signals(-proc.returncode).name}): {proc.stderr[-800:]}",
+                      -proc.returncode, proc.stderr[-4000:])
     if not recs:
         raise RuntimeError(f"{family} b{variant} {target} {config}: no record "
                            f"({proc.returncode}): {proc.stderr[-800:]}")
@@ -474,10 +539,15 @@ def refingerprint(path: Path, recount: tuple[str, ...] = ()) -> int:
     return filled
 
 
+UNCERTAINTY_FOLDS = 10
+
+
 def uncertainty(store: ResultsStore, boot: str | None = ANY) -> dict[tuple[str, int, str], float]:
     """Per cell (family, batch variant, target) of the machine ``boot`` (as :func:`done`),
-    how far the model is from what was
-    measured with each configuration held out of the fit in turn (gradient boosting): the
+    how far the model is from what was measured with its configuration held out of the fit
+    (gradient boosting; the configurations dealt into :data:`UNCERTAINTY_FOLDS` folds, each
+    held out in turn, as ``modak model eval``'s LOCO: a fit per configuration is hours on
+    the campaign's thousands of rows): the
     error of the cell's worst-predicted configuration (the median over its runs of
     |log(predicted / measured)|, as a ratio less 1).  Where it is largest, a
     configuration's runs disagree with each other or with every other cell, and another
@@ -491,7 +561,8 @@ def uncertainty(store: ResultsStore, boot: str | None = ANY) -> dict[tuple[str, 
     if not rows:
         return {}
     df = usable(training_frame(pd.DataFrame(rows)))
-    error = np.abs(held_out_predictions(df, "gbr", "configuration") - df["y"].to_numpy())
+    error = np.abs(held_out_predictions(df, "gbr", "configuration", folds=UNCERTAINTY_FOLDS)
+                   - df["y"].to_numpy())
     per_run: dict[str, list[float]] = {}
     boots = df["boot_id"] if "boot_id" in df else pd.Series(None, index=df.index)
     for rid, e, b in zip(df["run_id"], error, boots.astype(object)):
@@ -629,6 +700,8 @@ def main() -> int:
             try:
                 with Disturbance() as d:
                     rec = run_one(f, v, t, c, a.steps)
+            except Crashed as exc:  # recorded as failed: not run on this machine again
+                rec = crash_record(f, t, c, exc, fingerprint_of(store, f, v))
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 print(f"  {f} b{v} {t} {c}: {exc}", flush=True)
                 continue
@@ -654,8 +727,9 @@ def main() -> int:
             counts[rid] = counts.get(rid, 0) + 1
             m = rec["metrics"]
             print(f"  {f:<15} b{v} {t:<4} {c:<13} {rec['status']:<7} "
-                  f"{(m.get('s_per_step') or 0):8.4f} s/step  loss {m.get('final_loss')}  "
-                  f"({time.perf_counter() - t0:5.1f} s)", flush=True)
+                  + (f"{(m.get('s_per_step') or 0):8.4f} s/step  loss {m.get('final_loss')}"
+                     if m else rec["error"]["message"][:200])
+                  + f"  ({time.perf_counter() - t0:5.1f} s)", flush=True)
         if busy:
             break
     if disturbed:

@@ -338,7 +338,8 @@ def eval_lines(result: dict, table_lines) -> list[str]:
     out.append("'level given': each held-out cell's predictions scaled by its mean error "
                "(what is left: the knobs' effects relative to one another, and the medians' "
                "scatter); the choice is the planner's (stock unless a candidate is predicted "
-               f"{100 * MIN_GAIN:g}% faster); '+search': the held-out model's top candidates "
+               f"{100 * MIN_GAIN:g}% faster; no bf16 where one keeping fp32 is predicted: no "
+               "run shows that it keeps the loss); '+search': the held-out model's top candidates "
                "and stock settled by the budgeted search, each trial one recorded run")
     rep = result.get("repeatability")
     if rep:

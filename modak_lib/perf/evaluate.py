@@ -162,10 +162,17 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
 def planned(g, how: str):
     """The configuration the planner runs from the held-out predictions ``g[how]`` of one
     cell: the fastest predicted, unless it would not make a step ``search.MIN_GAIN`` shorter
-    than stock's prediction (``planner._within_margin``): then stock."""
+    than stock's prediction (``planner._within_margin``): then stock.  The fastest reduces
+    precision: the fastest predicted that keeps fp32 instead, where there is one
+    (``planner._unchecked_precision``: a held-out configuration has no run that shows it
+    keeps the script's loss; the search's trials check it)."""
     from .search import clears_margin
 
-    chosen = g.loc[g[how].idxmin()]
+    predicted = g[g[how].notna()].sort_values(how, kind="stable")
+    chosen = predicted.iloc[0]
+    if chosen["precision"] != "fp32":
+        chosen = next((r for _, r in predicted.iterrows() if r["precision"] == "fp32"),
+                      chosen)
     stock = g[g["stock"] & g[how].notna()]
     if len(stock) and not chosen["stock"] and \
             not clears_margin(chosen[how], stock[how].iloc[0]):

@@ -104,8 +104,8 @@ from modak_lib.perf.features import TARGET_FIGURES  # noqa: E402
 from modak_lib.perf.probe import run_here  # noqa: E402
 from modak_lib.results import (COLUMNS, ResultsStore, open_csv, parse_fom_lines,  # noqa: E402
                                row_from_fom, write_csv)
-from modak_runtime.record import FOM_KEY, SCHEMA  # noqa: E402
-from modak_runtime.session import boot_id, host_facts  # noqa: E402
+from modak_runtime.record import Record  # noqa: E402
+from modak_runtime.session import boot_id, host_facts, knobs_from_env  # noqa: E402
 
 FAMILIES_DIR = ROOT / "benchmarks" / "families"
 SOURCE = "transfer-campaign"
@@ -237,24 +237,19 @@ class Crashed(RuntimeError):
 
 def crash_record(family: str, target: str, config: str, exc: Crashed,
                  fingerprint: dict | None) -> dict:
-    """The figure-of-merit record of a run that crashed (:class:`Crashed`): status failed,
-    the configuration it ran (from its environment, :data:`CONFIGS`), this machine, the
-    workload's fingerprint as its other runs recorded it, the signal as its error."""
-    env = CONFIGS[config]
-    compiler = ("torch.compile:" + env["MODAK_TORCH_COMPILE"] if "MODAK_TORCH_COMPILE" in env
-                else "xla" if env.get("MODAK_JIT_COMPILE") else "off")
-    threads = env.get("MODAK_THREADS")
-    return {"modak": FOM_KEY, "schema": SCHEMA, "status": "failed",
-            "workload": workload_of(family),
-            "framework": "keras" if family in KERAS_FAMILIES else "pytorch",
-            "script": FAMILIES[family][0],
-            "config": {"compiler": compiler, "precision": env.get("MODAK_PRECISION", "fp32"),
-                       "allocator": env.get("MODAK_ALLOCATOR", "glibc"),
-                       "threads": int(threads) if threads else None,
-                       "channels_last": False, "onednn": True},
-            "host": {**host_facts(), "cores": cores_of(target)},
-            "fingerprint": fingerprint or {}, "metrics": {}, "effect": {}, "applied": {},
-            "not_applied": {}, "error": {"type": "signal", "message": exc.reason()}}
+    """The figure-of-merit record of a run that crashed (:class:`Crashed`), as the runtime
+    writes one (``Record``): status failed, the configuration it ran (the runtime's reading
+    of its environment, :data:`CONFIGS`), this machine, the workload's fingerprint as its
+    other runs recorded it, the signal as its error."""
+    rec = json.loads(Record(
+        workload=workload_of(family),
+        framework="keras" if family in KERAS_FAMILIES else "pytorch", status="failed",
+        script=FAMILIES[family][0], config=knobs_from_env(CONFIGS[config]),
+        host={**host_facts(), "cores": cores_of(target)},
+        error={"type": "signal", "message": exc.reason()}).to_json())
+    if fingerprint:  # (as recorded: a field an older runtime wrote is kept)
+        rec["fingerprint"] = fingerprint
+    return rec
 
 
 def fingerprint_of(store: ResultsStore, family: str, variant: int) -> dict | None:
@@ -697,10 +692,12 @@ def main() -> int:
             if a.minutes and time.time() - started > a.minutes * 60:
                 break
             t0 = time.perf_counter()
+            crashed = None
             try:
                 with Disturbance() as d:
                     rec = run_one(f, v, t, c, a.steps)
             except Crashed as exc:  # recorded as failed: not run on this machine again
+                crashed = exc.reason()
                 rec = crash_record(f, t, c, exc, fingerprint_of(store, f, v))
             except (RuntimeError, subprocess.TimeoutExpired) as exc:
                 print(f"  {f} b{v} {t} {c}: {exc}", flush=True)
@@ -728,7 +725,7 @@ def main() -> int:
             m = rec["metrics"]
             print(f"  {f:<15} b{v} {t:<4} {c:<13} {rec['status']:<7} "
                   + (f"{(m.get('s_per_step') or 0):8.4f} s/step  loss {m.get('final_loss')}"
-                     if m else rec["error"]["message"][:200])
+                     if crashed is None else crashed[:200])
                   + f"  ({time.perf_counter() - t0:5.1f} s)", flush=True)
         if busy:
             break

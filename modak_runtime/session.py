@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 import traceback
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .hooks import when_imported
 from .record import Config, Fingerprint, Metrics, Record, end_loss, start_loss
@@ -142,14 +142,14 @@ def on_hard_exit(report: Callable[[str, Optional[dict[str, Any]]], None],
     return restore
 
 
-def _env(name: str) -> Optional[str]:
-    value = os.environ.get(name, "").strip()
+def _env(name: str, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    value = (os.environ if environ is None else environ).get(name, "").strip()
     return value or None
 
 
-def _int_env(name: str) -> Optional[int]:
+def _int_env(name: str, environ: Optional[Mapping[str, str]] = None) -> Optional[int]:
     """A whole number of at least 1 (a count of steps, of threads), or None when unset."""
-    return _number_env(name, int, "a whole number", lambda n: n >= 1, "at least 1")
+    return _number_env(name, int, "a whole number", lambda n: n >= 1, "at least 1", environ)
 
 
 def _seconds_env(name: str) -> Optional[float]:
@@ -158,8 +158,9 @@ def _seconds_env(name: str) -> Optional[float]:
                        lambda n: math.isfinite(n) and n > 0, "a positive number of seconds")
 
 
-def _number_env(name: str, kind, what: str, fits, bound: str):
-    value = _env(name)
+def _number_env(name: str, kind, what: str, fits, bound: str,
+                environ: Optional[Mapping[str, str]] = None):
+    value = _env(name, environ)
     if value is None:
         return None
     try:
@@ -171,21 +172,24 @@ def _number_env(name: str, kind, what: str, fits, bound: str):
     return number
 
 
-def knobs_from_env() -> Config:
-    """The configuration the plan asked for, from the variables the job script exports."""
+def knobs_from_env(environ: Optional[Mapping[str, str]] = None) -> Config:
+    """The configuration the plan asked for, from the variables the job script exports
+    (``environ``: these variables, the process's own by default)."""
+    def env(name: str) -> Optional[str]:
+        return _env(name, environ)
     compiler = "off"
-    mode = _env("MODAK_TORCH_COMPILE")
+    mode = env("MODAK_TORCH_COMPILE")
     if mode and mode != "off":
         compiler = f"torch.compile:{mode}"
-    elif _env("MODAK_JIT_COMPILE") == "1":
+    elif env("MODAK_JIT_COMPILE") == "1":
         compiler = "xla"
-    precision = _env("MODAK_PRECISION") or "fp32"
+    precision = env("MODAK_PRECISION") or "fp32"
     if precision not in ("fp32", "bf16", "fp16"):
         raise SystemExit(f"modak_runtime: MODAK_PRECISION={precision!r}: use fp32, bf16 or fp16")
-    return Config(compiler=compiler, threads=_int_env("MODAK_THREADS"),
-                  allocator=_env("MODAK_ALLOCATOR") or "glibc", precision=precision,
-                  channels_last=_env("MODAK_CHANNELS_LAST") == "1",
-                  onednn=(_env("MODAK_ONEDNN") or "on") != "off")
+    return Config(compiler=compiler, threads=_int_env("MODAK_THREADS", environ),
+                  allocator=env("MODAK_ALLOCATOR") or "glibc", precision=precision,
+                  channels_last=env("MODAK_CHANNELS_LAST") == "1",
+                  onednn=(env("MODAK_ONEDNN") or "on") != "off")
 
 
 def seed_the_run(session: "Session", rank: int = 0) -> Optional[int]:

@@ -169,10 +169,8 @@ def planned(g, how: str):
     from .search import clears_margin
 
     predicted = g[g[how].notna()].sort_values(how, kind="stable")
-    chosen = predicted.iloc[0]
-    if chosen["precision"] != "fp32":
-        chosen = next((r for _, r in predicted.iterrows() if r["precision"] == "fp32"),
-                      chosen)
+    fp32 = predicted[predicted["precision"] == "fp32"]
+    chosen = fp32.iloc[0] if len(fp32) else predicted.iloc[0]
     stock = g[g["stock"] & g[how].notna()]
     if len(stock) and not chosen["stock"] and \
             not clears_margin(chosen[how], stock[how].iloc[0]):

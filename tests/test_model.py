@@ -185,6 +185,34 @@ def test_a_machine_slower_than_its_probe_says_is_learned_from_its_other_workload
     assert m.machine_effects(m.training_frame(pd.concat([fast, apart]))) == {}
 
 
+def test_a_host_held_out_is_predicted_as_a_new_machine_of_its_target():
+    """Held out by host (its boot id: every target the campaign made of one machine), a
+    host's runs are predicted by a fit on the other hosts' runs alone: of two hosts of one
+    target, one running every script 1.5x slower, each is predicted at the other's times
+    (a machine never measured is taken at its target's median machine), which
+    ``benchmarks/held_out_host.py`` reports per host and framework.  Rows recorded without a
+    boot id are one host."""
+    from benchmarks.held_out_host import held_out_by_host, table
+    fast = synthetic().assign(boot_id="boot-fast")
+    slow = synthetic().assign(boot_id="boot-slow", gflops_fp32=100.5)
+    slow["s_per_step"] *= 1.5
+    df = pd.concat([fast, slow], ignore_index=True)
+    frame = m.training_frame(df)
+    assert sorted(m.groups_of(frame, "host").unique()) == ["boot-fast", "boot-slow"]
+    cfg = held_out_by_host(df, "linear-main")
+    ratio = (cfg["predicted"] / cfg["measured"]).groupby(cfg["host"]).median()
+    assert ratio["boot-slow"] == pytest.approx(1 / 1.5, rel=0.05)
+    assert ratio["boot-fast"] == pytest.approx(1.5, rel=0.05)
+    rows = {r["host"]: r for r in table(cfg)}
+    assert set(rows) == {"boot-fas", "boot-slo"}  # (the first 8 characters)
+    assert rows["boot-slo"]["ratio"] == pytest.approx(1 / 1.5, rel=0.05)
+    assert rows["boot-slo"]["mape"] == pytest.approx(1 - 1 / 1.5, abs=0.03)
+    assert rows["boot-slo"]["configurations"] == cfg["configuration"].nunique() / 2
+    older = df.assign(boot_id=[None] * len(fast) + ["boot-slow"] * len(slow))
+    assert set(m.host_labels(older)) == {m.NO_HOST, "boot-slow"}
+    assert set(m.host_labels(df.drop(columns="boot_id"))) == {m.NO_HOST}
+
+
 def test_each_configuration_is_fitted_once_at_the_median_of_its_repeats():
     X = pd.DataFrame({"a": [1.0, 1.0, 1.0, 2.0]}, index=[10, 11, 12, 13])
     Xt, yt = m.per_configuration(X, np.array([1.0, 2.0, 100.0, 5.0]), ["p", "p", "p", "q"])

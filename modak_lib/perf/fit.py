@@ -536,14 +536,31 @@ def config_groups(df):
 
 def groups_of(df, by: str):
     """Held-out groups: ``configuration``, ``workload`` (its family: every batch size and
-    configuration of it) or ``target``."""
+    configuration of it), ``target`` or ``host`` (:func:`host_labels`)."""
     if by == "configuration":
         return config_groups(df)
     if by == "workload":
         return df["workload"].astype(str)
     if by == "target":
         return target_id(df)
+    if by == "host":
+        return host_labels(df)
     raise ValueError(by)
+
+
+NO_HOST = "no boot id"
+
+
+def host_labels(df):
+    """Per row, the host it ran on: its ``boot_id`` (one boot of one machine: every target
+    the campaign made of it, its cores, its capped ISA, its GPU), or :data:`NO_HOST` for a
+    row recorded before the runtime kept it.  Held out, a host is a machine the model has
+    never measured, of a kind (its targets) it may have measured on other hosts."""
+    if "boot_id" not in df:
+        return df["workload"].astype(str).map(lambda _: NO_HOST)
+    boot = df["boot_id"].astype(object)
+    known = boot.notna() & ~boot.astype(str).isin(["", "nan", "None"])
+    return boot.astype(str).where(known, NO_HOST)
 
 
 def held_out_predictions(df, name: str, by: str = "configuration",

@@ -278,6 +278,13 @@ def usable(df):
     return df[~X[F.NUMERIC].isna().any(axis=1).to_numpy()] if len(df) else df
 
 
+def named(values):
+    """Which of ``values`` (a column of text) name something: not missing, not empty, not a
+    written-out missing value (``none``, ``None``, ``nan``: how a CSV round trip or an old
+    record spells one)."""
+    return values.notna() & ~values.astype(str).isin(["", "none", "None", "nan"])
+
+
 def target_id(df):
     """A target as the model's data name it: microarchitecture / cores, and its GPU where
     the job trained on one (``zen4/16 cores + H100``); ``unknown`` where the runtime named
@@ -289,8 +296,7 @@ def target_id(df):
     if "accelerator" not in df:
         return tid
     acc = df["accelerator"].astype(object)
-    gpu = acc.notna() & ~acc.astype(str).isin(["", "none", "None", "nan"])
-    return tid.where(~gpu, tid + " + " + acc.astype(str))
+    return tid.where(~named(acc), tid + " + " + acc.astype(str))
 
 
 def held_out_groups(df, by: str = "workload") -> str:
@@ -556,11 +562,12 @@ def host_labels(df):
     the campaign made of it, its cores, its capped ISA, its GPU), or :data:`NO_HOST` for a
     row recorded before the runtime kept it.  Held out, a host is a machine the model has
     never measured, of a kind (its targets) it may have measured on other hosts."""
+    import pandas as pd
+
     if "boot_id" not in df:
-        return df["workload"].astype(str).map(lambda _: NO_HOST)
+        return pd.Series(NO_HOST, index=df.index, dtype=object)
     boot = df["boot_id"].astype(object)
-    known = boot.notna() & ~boot.astype(str).isin(["", "nan", "None"])
-    return boot.astype(str).where(known, NO_HOST)
+    return boot.astype(str).where(named(boot), NO_HOST)
 
 
 def held_out_predictions(df, name: str, by: str = "configuration",

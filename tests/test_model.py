@@ -628,18 +628,25 @@ def test_the_exported_formula_agrees_with_scikit_learn(tmp_path):
         assert a.prediction.seconds == pytest.approx(b.prediction.seconds, rel=1e-9)
 
 
-def test_a_model_saved_by_another_modak_is_refitted_when_auto(tmp_path, monkeypatch):
-    from modak_lib import __version__
-    from modak_lib.perf.predictor import load_predictor
-    from modak_lib.errors import ModakError
+def _older_model(tmp_path, monkeypatch):
+    """A model file saved by an older MODAK (other features), the default model of this
+    test's environment (its store empty): its path and its card's."""
     path = tmp_path / "model.joblib"
     monkeypatch.setenv("MODAK_MODEL", str(path))
     monkeypatch.setenv("MODAK_RESULTS", str(tmp_path / "store.sqlite"))
     m.fit(synthetic(noise=0.01), estimators=("linear",)).save(path)
     side = path.with_suffix(".json")
     meta = json.loads(side.read_text())
-    meta["versions"]["modak"] = "0.0.1"  # an older MODAK, other features
+    meta["versions"]["modak"] = "0.0.1"
     side.write_text(json.dumps(meta))
+    return path, side
+
+
+def test_a_model_saved_by_another_modak_is_refitted_when_auto(tmp_path, monkeypatch):
+    from modak_lib import __version__
+    from modak_lib.perf.predictor import load_predictor
+    from modak_lib.errors import ModakError
+    path, side = _older_model(tmp_path, monkeypatch)
     with pytest.raises(ModakError, match="refit"):  # a file named explicitly: say so
         load_predictor(str(path))
     said, noticed = [], []  # the default: refitted from the shipped dataset, and said
@@ -652,6 +659,38 @@ def test_a_model_saved_by_another_modak_is_refitted_when_auto(tmp_path, monkeypa
     assert load_predictor("auto", say=said.append, notice=noticed.append) is not None
     assert noticed == [f"no model at {path} yet: fitting one on the measured datasets (once; "
                        "seconds)"]
+
+
+def test_a_refitted_model_too_large_to_export_still_plans(tmp_path, monkeypatch):
+    """A refit whose trees have more nodes than the planner's export takes
+    (``fit.EXPORT_MAX_NODES``) leaves the card without a formula: the planner then predicts
+    with the scikit-learn model, after a refit of an older model's file too (it raised the
+    predictor's error there, and no plan could be made)."""
+    from modak_lib.perf.predictor import load_predictor
+    _path, side = _older_model(tmp_path, monkeypatch)
+    monkeypatch.setattr(m, "EXPORT_MAX_NODES", 10)  # no tree ensemble exports
+    predictor = load_predictor("auto")
+    assert "formula" not in json.loads(side.read_text())["light"]
+    plan = make_plan(mnist_request(), predictor=predictor, run_id="t").plan
+    assert plan.decided_by == "model" and plan.candidates[0].prediction is not None
+
+
+def test_the_kept_extra_trees_export_on_the_shipped_data():
+    """Extra trees grow at most ``fit.EXTRA_TREES_LEAVES`` leaves a tree, so that the
+    ensemble fits the planner's export whatever the data: fully grown on the shipped 3820
+    measurements they had 155,924 nodes, over the 150,000 the export takes, and the planner
+    lost its fast formula with every refit after a run."""
+    from sklearn.ensemble import ExtraTreesRegressor
+    df = m.usable(m.training_frame(load_frame()))
+    X, y = F.frame(df), df["y"].to_numpy() - F.baselines(df)
+    Xt, yt = m.per_configuration(X, y, m.config_groups(df))
+    est = m.make_estimator("extra-trees").fit(Xt, yt)
+    reg = est.named_steps["reg"]
+    assert isinstance(reg, ExtraTreesRegressor) and len(Xt) > m.EXTRA_TREES_LEAVES
+    nodes = sum(t.tree_.node_count for t in reg.estimators_)
+    assert nodes <= m.EXPORT_MAX_NODES
+    assert max(t.get_n_leaves() for t in reg.estimators_) == m.EXTRA_TREES_LEAVES
+    assert m.export_trees(est) is not None
 
 
 def test_a_workloads_own_measured_knob_effects_beat_the_models_general_ones():

@@ -482,6 +482,11 @@ EXTRA_TREES = 100  # trees of the extra-trees estimator (exported for the planne
 EXTRA_TREES_FEATURES = 0.5  # the share of the features each of its splits is drawn from
 # a tree ensemble of more nodes than this is left to scikit-learn, not exported
 EXPORT_MAX_NODES = 150_000
+# the leaves an extra tree may grow (best first): its 100 trees stay within the export's
+# nodes however many configurations the store measures (a tree of n leaves has 2n - 1
+# nodes); fully grown on the 1793 configurations of 3820 measurements they had 156,000
+# nodes in all, and the planner lost its exported formula
+EXTRA_TREES_LEAVES = (EXPORT_MAX_NODES // EXTRA_TREES + 1) // 2
 
 
 def make_estimator(name: str):
@@ -516,7 +521,7 @@ def make_estimator(name: str):
         # seeds: README, *Half the features a split*)
         return Pipeline([("pre", pre), ("reg", ExtraTreesRegressor(
             EXTRA_TREES, min_samples_leaf=2, max_features=EXTRA_TREES_FEATURES,
-            random_state=0))])
+            max_leaf_nodes=EXTRA_TREES_LEAVES, random_state=0))])
     if name in ("gbr-split", "forest-split"):  # level and ratio apart
         kind = name.removesuffix("-split")
         return _split()(kind, kind)

@@ -492,7 +492,10 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
         notice(f"{exc}: refitting it now")
         if not fit_if_possible(path):
             return None
-        return FastPredictor.load(path)
+        try:
+            return FastPredictor.load(path)
+        except PredictError:
+            pass  # refitted, without an exported formula: the full model below predicts
     except PredictError:
         pass  # no exported formula: the full model below predicts
     else:

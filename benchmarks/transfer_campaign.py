@@ -26,9 +26,9 @@ features the model describes it by); the export describes each target of each ma
 (``boot_id``) by the median of its probes: another session's machine, a host of the same
 kind, is another target.  The configurations are a fraction of the full grid:
 stock, torch.compile, bf16, both, tcmalloc (where the machine has it), and one thread where
-there are two (not on the GPU).  Five families are also Keras 3 scripts on TensorFlow
-(``keras_*.py``: the small CNN, the MLP, the 1-D conv net, the LSTM LM and the GRU,
-``Model.fit``),
+there are two (not on the GPU).  Nine families are also Keras 3 scripts on TensorFlow
+(``keras_*.py``: the small CNN, the MLP, the 1-D conv net, the LSTM LM, the GRU, the
+autoencoder, the text classifier, the transformer LM and the mobile CNN, ``Model.fit``),
 the ``-keras`` families, recorded under their PyTorch twin's name with their framework
 (a family held out of the model is held out in both), with XLA
 (``Model.compile(jit_compile=True)``) as their graph compiler.  A round
@@ -144,11 +144,15 @@ FAMILIES: dict[str, tuple[str, list[list[str]]]] = {
     # and a second recurrent one, added later
     "gru-keras": ("keras_gru.py", [["--batch-size", "16"], ["--batch-size", "64"]]),
 }
+# then four more in Keras, at their PyTorch twin's batch sizes, so that a Keras family held
+# out has more than four others of its framework to be predicted from (dense layers with
+# batch norm; an embedding table; self-attention; depthwise convolutions), on a later machine
+for _twin in ("autoencoder", "text-classifier", "transformer-lm", "mobile-cnn"):
+    FAMILIES[f"{_twin}-keras"] = (f"keras_{_twin.replace('-', '_')}.py", FAMILIES[_twin][1])
 # the Keras families' workloads: a family is its architecture, in either framework (held out
 # of the model together); the record's framework tells them apart
-KERAS_FAMILIES: dict[str, str] = {"small-cnn-keras": "small-cnn", "mlp-keras": "mlp",
-                                  "conv1d-keras": "conv1d", "lstm-lm-keras": "lstm-lm",
-                                  "gru-keras": "gru"}
+KERAS_FAMILIES: dict[str, str] = {f: f.removesuffix("-keras") for f in FAMILIES
+                                  if f.endswith("-keras")}
 
 
 def workload_of(family: str) -> str:

@@ -1450,9 +1450,22 @@ def test_a_keras_family_runs_under_its_architectures_name_with_xla_as_its_compil
     # is not capped, and would measure this machine
     capped = campaign.configs_for("avx2", "mlp-keras")
     assert "bf16" in capped and not {"xla", "xla+bf16"} & set(capped)
+    shipped = _campaign_rows(lambda r: r["status"] in ("ok", "capped")
+                             and r["trainable_parameters"])
     for family, workload in campaign.KERAS_FAMILIES.items():
         assert workload in campaign.FAMILIES and campaign.workload_of(family) == workload
         assert campaign.FAMILIES[family][0].startswith("keras_")
+        assert campaign.FAMILIES[family][1] == campaign.FAMILIES[workload][1]
+        # measured, and the same layers as its PyTorch twin: each of its counts of trainable
+        # parameters is one of the twin's (the transformer LM's are two: its position
+        # table is as long as each batch variant's sequences); the LSTM LM's differ by
+        # their biases (Keras's LSTM has one a gate, PyTorch's two)
+        params = {fw: {int(float(r["trainable_parameters"])) for r in shipped
+                       if r["workload"] == workload and r["framework"] == fw}
+                  for fw in ("keras", "pytorch")}
+        assert params["keras"], family
+        if workload != "lstm-lm":
+            assert params["keras"] <= params["pytorch"], (family, params)
     rec = campaign.run_one("mlp-keras", 0, "2c", "xla", 2)
     assert rec["status"] in ("ok", "capped"), rec.get("error")
     assert rec["workload"] == "mlp" and rec["framework"] == "keras"

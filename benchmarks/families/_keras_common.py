@@ -22,12 +22,13 @@ def rng():
     return np.random.default_rng(0)
 
 
-def train(model, x, y, steps, lr, batch_size):
+def train(model, x, y, steps, lr, batch_size, loss=None):
     """``x``, ``y``: BATCHES batches of data, fitted for ``steps`` optimizer steps (whole
-    epochs over them, at least one) with SGD and momentum, as the PyTorch families."""
+    epochs over them, at least one) with SGD and momentum, as the PyTorch families;
+    ``loss``: a Keras loss, by default cross-entropy on integer labels and logits."""
     import keras
     model.compile(optimizer=keras.optimizers.SGD(lr, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                  loss=loss or keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     epochs = max(1, -(-steps // BATCHES))
     history = model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=2)
     return history.history["loss"][-1]

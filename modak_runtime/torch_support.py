@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import inspect
 import json
 import math
 import os
 import sys
 import warnings
+import weakref
 from collections import defaultdict
 from typing import Any, Optional
 
@@ -116,7 +118,7 @@ class _Torch:
         self.pending_loss = None
         self.step_loss = None  # the pending loss when the primary optimizer last stepped
         self.counter = None
-        self.roots: list = []
+        self._roots: list = []  # weak references: see roots
         self.events: Optional[list] = None  # CUDA events, one per step end, on a GPU
         self.compile_mode: Optional[str] = None
         self.convention: Optional[str] = None
@@ -169,6 +171,17 @@ class _Torch:
         torch.autograd.backward = backward
 
     # -- the trained modules --------------------------------------------------------
+    @property
+    def roots(self) -> list:
+        """The trained modules still alive.  Held weakly: a module lives as long as the
+        script keeps it, and its memory (a data-parallel wrapper's buckets and process
+        group too) goes when the script lets it go, not at the interpreter's end."""
+        return [m for m in (ref() for ref in self._roots) if m is not None]
+
+    @roots.setter
+    def roots(self, modules: list) -> None:
+        self._roots = [weakref.ref(m) for m in modules]
+
     def trained_modules(self, params: list) -> list:
         nn = self.torch.nn
         ids = {id(p) for p in params}
@@ -273,15 +286,19 @@ class _Torch:
 
     def _wrap_forward(self, module, convert, autocast) -> None:
         torch = self.torch
-        inner = module.forward
+        bound = module.forward
+        # (the module's own forward, held weakly: the wrapper lives in the module's
+        # __dict__, and a bound method there would keep it alive to the interpreter's end)
+        inner = (weakref.WeakMethod(bound) if inspect.ismethod(bound) and bound.__self__ is module
+                 else (lambda: bound))
 
         def forward(*args, **kwargs):
             if convert is not None:
                 args = convert(args)
             if autocast is None or self.own_autocast:  # (the script's own autocast stands)
-                return inner(*args, **kwargs)
+                return inner()(*args, **kwargs)
             with torch.autocast(autocast[0], dtype=autocast[1]):
-                out = inner(*args, **kwargs)
+                out = inner()(*args, **kwargs)
             return _to_float32(out, torch)
 
         module.forward = forward

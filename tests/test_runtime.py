@@ -235,6 +235,44 @@ def test_bf16_runs_the_forward_in_bfloat16_and_hands_the_loss_float32_outputs(tm
     assert "its outputs in float32" in rec["applied"]["precision"]
 
 
+LET_GO = """
+import sys, weakref
+import torch
+from torch import nn
+
+
+def train():
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(int(sys.argv[1])):
+        loss = model(torch.randn(4, 3, 8, 8)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return weakref.ref(model)
+
+
+model = train()
+print("alive after training", model() is not None)
+"""
+
+
+@pytest.mark.parametrize("knobs", [{}, {"MODAK_PRECISION": "bf16", "MODAK_CHANNELS_LAST": "1"}])
+def test_the_trained_module_goes_when_the_script_lets_it_go(knobs, tmp_path):
+    """The runtime holds no reference that keeps a trained module alive after the script's
+    last one: it was kept to the interpreter's end (the session's list of trained modules,
+    the bf16 and channels-last wrappers' bound forward), with its memory, and a DDP
+    module's buckets and process group."""
+    need("torch")
+    script = tmp_path / "let_go.py"
+    script.write_text(LET_GO)
+    rc, out, rec, err = run(script, "3", env=knobs)
+    assert rc == 0 and rec["status"] == "ok", err
+    assert rec["effect"]["trained_modules"] == "Sequential" and rec["metrics"]["steps"] == 3
+    assert sorted(rec["applied"]) == sorted(k.lower()[6:] for k in knobs)
+    assert out.splitlines()[-1] == "alive after training False"
+
+
 def test_what_the_compiler_left_eager_is_said_in_dynamos_words():
     """Dynamo does not trace nn.LSTM/GRU/RNN: a forward that calls one compiles nothing, and
     the record must say so and why (it said "the module never ran after the first step");

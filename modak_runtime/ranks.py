@@ -115,12 +115,13 @@ class RankEntry:
             session.max_steps = session.max_seconds = None
 
         def report(status: str, error: Optional[dict[str, Any]]) -> None:
-            if index == 0 or status == "failed":  # (rank 0's measurements; another's failure)
-                if index == 0:
-                    session.record(status, error)  # (its finishers complete the fingerprint)
-                with open(_report_file(self.out, index), "wb") as f:
-                    pickle.dump({"status": status, "error": error,
-                                 "measured": session.measured() if index == 0 else None}, f)
+            # rank 0's measurements; another's failure, or that its function returned (a
+            # rank that dies after it, in the interpreter's shutdown, is told apart)
+            if index == 0:
+                session.record(status, error)  # (its finishers complete the fingerprint)
+            with open(_report_file(self.out, index), "wb") as f:
+                pickle.dump({"status": status, "error": error,
+                             "measured": session.measured() if index == 0 else None}, f)
 
         restore = on_hard_exit(report, session)  # (a function that leaves by os._exit)
         status, error, code = run_guarded(session, lambda: self.fn(index, *args))
@@ -132,6 +133,17 @@ class RankEntry:
             os._exit(CAPPED_EXIT)
         if status == "failed":
             raise SystemExit(code or 1)
+
+
+def _after_return(exc: BaseException, index: int) -> dict[str, Any]:
+    """The record's ``error`` for a rank whose function returned and whose process was
+    then ended by a signal, in the interpreter's shutdown: the training was over.
+    (PyTorch 2.13's gloo can abort a rank there: a worker thread that frees a finished
+    collective's Python context once the interpreter is going.)"""
+    return {"type": f"{type(exc).__module__}.{type(exc).__name__}", "knob": None,
+            "message": short(f"rank {index}: its function returned, then its process was "
+                             f"ended by {exc.signal_name} in the interpreter's shutdown, "
+                             "after the training")}
 
 
 class _Joiner:
@@ -154,6 +166,10 @@ class _Joiner:
                 error = dict(failed["error"])
                 error["message"] = short(f"rank {index}: {error['message']}")
                 raise RankFailed(error) from exc
+            ended = failed if index else rank0
+            if ended is not None and ended["status"] == "ok" and \
+                    getattr(exc, "signal_name", None):
+                raise RankFailed(_after_return(exc, index or 0)) from exc
             if rank0 is not None and rank0["status"] == "capped":
                 raise StopTrial() from None
             if rank0 is not None and rank0["status"] == "failed" and rank0["error"]:

@@ -401,6 +401,21 @@ def _free_port() -> str:
         return str(free.getsockname()[1])
 
 
+SHUTDOWN_ABORT = "its function returned, then its process was ended by SIGABRT in the " \
+    "interpreter's shutdown, after the training"
+
+
+def _trained(rc: int, rec: dict) -> bool:
+    """The ranks trained to their end: the run ended ok, or a rank was aborted in the
+    interpreter's shutdown after it, by PyTorch 2.13's gloo (1 run in 36 of the plain
+    spawn_ddp.py here, without MODAK: a worker thread that frees a finished collective's
+    Python context after the interpreter began to go).  The script then fails, as it would
+    without MODAK, and its measurements stand."""
+    return (rc == 0 and rec["status"] == "ok") or (
+        rc == 1 and rec["status"] == "failed" and rec["error"]["message"].startswith(
+            "rank ") and rec["error"]["message"].endswith(SHUTDOWN_ABORT))
+
+
 @pytest.mark.parametrize("method", ["spawn", "fork"])
 def test_training_ranks_the_script_starts_itself_are_measured(method):
     """A script that starts its ranks with torch.multiprocessing (the DDP tutorial's
@@ -411,8 +426,8 @@ def test_training_ranks_the_script_starts_itself_are_measured(method):
     need("torch")
     rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "12", method,
                             env={"MASTER_PORT": _free_port()})
-    assert rc == 0, err
-    assert rec["status"] == "ok" and rec["metrics"]["steps"] == 12
+    assert _trained(rc, rec), err
+    assert rec["metrics"]["steps"] == 12
     assert rec["metrics"]["s_per_step"] > 0
     # the loss the script printed at its end is the one recorded: rank 0's, unchanged
     assert float(out.split()[-1]) == pytest.approx(rec["metrics"]["final_loss"], rel=1e-6)
@@ -439,6 +454,21 @@ def test_training_ranks_the_script_starts_itself_are_measured(method):
     rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "12", method, "exit",
                             env={"MASTER_PORT": _free_port()}, timeout=120)
     assert rc == 0 and rec["status"] == "ok" and rec["metrics"]["steps"] == 12, err
+
+
+def test_a_rank_ended_after_its_function_returned_is_told_apart():
+    """A rank whose function returned, and whose process a signal then ended in the
+    interpreter's shutdown (as PyTorch's gloo can abort a rank there): the run failed, as the
+    script did, and the record says the training was over, with rank 0's measurements; it
+    said only 'process 1 terminated with signal SIGABRT'."""
+    need("torch")
+    rc, out, rec, err = run(SCRIPTS / "spawn_ddp.py", "6", "spawn", "abort",
+                            env={"MASTER_PORT": _free_port()}, timeout=120)
+    assert rc == 1 and rec["status"] == "failed", err
+    assert rec["error"] == {"type": "torch.multiprocessing.spawn.ProcessExitedException",
+                            "knob": None, "message": "rank 1: " + SHUTDOWN_ABORT}
+    assert rec["metrics"]["steps"] == 6 and rec["effect"]["ranks"] == 2
+    assert float(out.split()[-1]) == pytest.approx(rec["metrics"]["final_loss"], rel=1e-6)
 
 
 def test_ranks_that_cannot_be_started_leave_no_report_file(tmp_path, monkeypatch):
@@ -1187,7 +1217,7 @@ def test_a_trials_seed_reaches_keras_and_the_ranks_a_script_spawns(name, seeding
     def final_loss():
         rc, _, rec, err = run(script, *args, cwd=tmp_path,
                               env={**env, "MODAK_SEED": "3", "MASTER_PORT": _free_port()})
-        assert rc == 0 and rec["status"] == "ok", err
+        assert _trained(rc, rec), err
         assert rec["effect"]["seed"] == 3 and "seed_errors" not in rec["effect"]
         return rec["metrics"]["final_loss"]
     assert final_loss() == final_loss()

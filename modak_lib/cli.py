@@ -328,19 +328,23 @@ def eval_lines(result: dict, table_lines) -> list[str]:
         out += table_lines(rows, [title] + head) + [""]
     rows = [[how.upper(), pct(o["mape"]), pct(o.get("mape_after_stock", float("nan"))),
              pct(o.get("mape_level_given", float("nan"))),
-             pct(o["median_regret"]), times(o["worst_vs_stock"]),
+             pct(o["median_regret"]), pct(o.get("median_regret_fp32", float("nan"))),
+             times(o["worst_vs_stock"]),
              pct(o.get("median_regret_search", float("nan"))),
              times(o.get("worst_vs_stock_search", float("nan"))), str(o["decisions"])]
             for how, o in result["overall"].items()]
     out += table_lines(rows, ["held out", "MAPE", "MAPE +stock", "MAPE level given",
-                              "median regret", "worst vs stock", "regret +search",
+                              "median regret", "regret fp32", "worst vs stock",
+                              "regret +search",
                               "worst +search", "decisions"])
     out.append("'level given': each held-out cell's predictions scaled by its mean error "
                "(what is left: the knobs' effects relative to one another, and the medians' "
                "scatter); the choice is the planner's (stock unless a candidate is predicted "
                f"{100 * MIN_GAIN:g}% faster; no bf16 where one keeping fp32 is predicted: no "
-               "run shows that it keeps the loss); '+search': the held-out model's top candidates "
-               "and stock settled by the budgeted search, each trial one recorded run")
+               "run shows that it keeps the loss); 'regret fp32': against the best measured "
+               "configuration keeping fp32 (those the model alone may choose); '+search': the "
+               "held-out model's top candidates and stock settled by the budgeted search, each "
+               "trial one recorded run")
     rep = result.get("repeatability")
     if rep:
         out.append(f"repeatability: {pct(rep['mape'])} MAPE of one run against the median of "

@@ -1014,6 +1014,20 @@ def test_the_evaluation_chooses_as_the_planner_does():
     assert ev.label(ev.planned(g, "lowo")) == "tcmalloc+bf16"
 
 
+def test_the_models_choice_is_also_judged_against_the_best_that_keeps_fp32():
+    """``evaluate.best_keeping_fp32``: the model alone never chooses an unchecked bf16, so
+    its regret is also given against the fastest measured configuration keeping fp32 (where
+    bf16 was the fastest, the regret against the best counts a gain only a trial takes)."""
+    def cfg(allocator="glibc", precision="fp32", measured=1.0):
+        return {"compiler": "off", "threads": 2, "cores": 2, "allocator": allocator,
+                "precision": precision, "channels_last": 0, "onednn": 1, "measured": measured}
+    g = pd.DataFrame([cfg(), cfg(precision="bf16", measured=0.5),
+                      cfg(allocator="tcmalloc", measured=0.8),
+                      cfg(allocator="tcmalloc", precision="bf16", measured=0.4)])
+    assert ev.label(ev.best_keeping_fp32(g)) == "tcmalloc"
+    assert ev.best_keeping_fp32(g[g["precision"] == "bf16"]) is None
+
+
 def test_the_evaluation_tells_a_new_workloads_level_from_its_knobs():
     """``evaluate.level_given``: a cell's predictions all off by one factor (its level) count
     nothing; what is left is the configurations' times relative to one another."""

@@ -286,6 +286,13 @@ def test_json_from_every_command_that_prints_data(capsys):
     # a held-out family's error is partly its level: with each cell's level given, less
     lowo = data["overall"]["lowo"]
     assert 0 < lowo["mape_level_given"] < lowo["mape"]
+    # against the best configuration keeping fp32 (what the model alone may choose), never
+    # more regret than against the best of all, and less where bf16 was the fastest
+    assert 0 <= lowo["median_regret_fp32"] <= lowo["median_regret"]
+    decided = [d for d in data["decisions"] if "regret_fp32_lowo" in d]
+    assert all(d["regret_fp32_lowo"] <= d["regret_lowo"] + 1e-12 for d in decided)
+    assert any(d["regret_fp32_lowo"] < d["regret_lowo"] for d in decided
+               if "bf16" in d["best"])
     # told each cell's stock time, a configuration held out (its family in the data) is
     # predicted from ratios learned on its own family: closer than a family held out
     loco = data["overall"]["loco"]

@@ -92,15 +92,20 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
         if len(g) < 2:
             continue
         best = g.loc[g["measured"].idxmin()]
+        kept = best_keeping_fp32(g)
         stock = g[g["stock"]]
         row = {"workload": key[0], "framework": key[1], "target": key[2],
                "batch_size": key[3], "best": label(best), "configurations": len(g)}
+        if kept is not None:
+            row["best_fp32"] = label(kept)
         for how in HOLD_OUT:
             if g[how].isna().all():
                 continue
             chosen = planned(g, how)
             row[f"chosen_{how}"] = label(chosen)
             row[f"regret_{how}"] = float(chosen["measured"] / best["measured"] - 1)
+            if kept is not None:
+                row[f"regret_fp32_{how}"] = float(chosen["measured"] / kept["measured"] - 1)
             row[f"vs_stock_{how}"] = (float(stock["measured"].iloc[0] / chosen["measured"])
                                       if len(stock) else float("nan"))
             if how in ANCHORED and len(stock):
@@ -131,6 +136,7 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
     overall = {}
     for how in HOLD_OUT:
         r = [x[f"regret_{how}"] for x in decisions if f"regret_{how}" in x]
+        rf = [x[f"regret_fp32_{how}"] for x in decisions if f"regret_fp32_{how}" in x]
         v = [x[f"vs_stock_{how}"] for x in decisions if f"vs_stock_{how}" in x
              and x[f"vs_stock_{how}"] == x[f"vs_stock_{how}"]]
         rs = [x[f"regret_search_{how}"] for x in decisions if f"regret_search_{how}" in x]
@@ -141,6 +147,7 @@ def evaluate(df, estimator: str = "linear", compare=True) -> dict[str, Any]:
                         "mape_level_given": (level_given(cfg["measured"], cfg[how], cells)
                                              if how in ANCHORED else float("nan")),
                         "median_regret": float(np.median(r)) if r else float("nan"),
+                        "median_regret_fp32": float(np.median(rf)) if rf else float("nan"),
                         "worst_vs_stock": float(min(v)) if v else float("nan"),
                         "median_regret_search": float(np.median(rs)) if rs else float("nan"),
                         "worst_vs_stock_search": float(min(vs)) if vs else float("nan"),
@@ -176,6 +183,16 @@ def planned(g, how: str):
             not clears_margin(chosen[how], stock[how].iloc[0]):
         return stock.iloc[0]
     return chosen
+
+
+def best_keeping_fp32(g):
+    """The fastest measured configuration of a cell that keeps fp32 (None: none does).  The
+    model alone chooses among these (``planned``): a reduced precision needs a run that
+    shows it keeps the loss, which only the search's trials give; its regret against this
+    one is how well it ranks what it may choose, its regret against the best measured one
+    also counts the bf16 gains only a trial can take."""
+    fp32 = g[g["precision"] == "fp32"]
+    return fp32.loc[fp32["measured"].idxmin()] if len(fp32) else None
 
 
 def level_given(measured, predicted, cells) -> float:

@@ -335,8 +335,7 @@ def eval_lines(result: dict, table_lines) -> list[str]:
             for how, o in result["overall"].items()]
     out += table_lines(rows, ["held out", "MAPE", "MAPE +stock", "MAPE level given",
                               "median regret", "regret fp32", "worst vs stock",
-                              "regret +search",
-                              "worst +search", "decisions"])
+                              "regret +search", "worst +search", "decisions"])
     out.append("'level given': each held-out cell's predictions scaled by its mean error "
                "(what is left: the knobs' effects relative to one another, and the medians' "
                "scatter); the choice is the planner's (stock unless a candidate is predicted "

@@ -160,13 +160,12 @@ class _Joiner:
         except BaseException as exc:
             rank0 = self._adopt()
             index = getattr(exc, "error_index", None)
-            failed = self._report(index) if index else None
+            ended = self._report(index) if index else rank0  # (the rank join found ended)
             self._clean()
-            if failed is not None and failed["error"]:  # (first: join ended rank 0 for it)
-                error = dict(failed["error"])
+            if index and ended is not None and ended["error"]:  # (join ended rank 0 for it)
+                error = dict(ended["error"])
                 error["message"] = short(f"rank {index}: {error['message']}")
                 raise RankFailed(error) from exc
-            ended = failed if index else rank0
             if ended is not None and ended["status"] == "ok" and \
                     getattr(exc, "signal_name", None):
                 raise RankFailed(_after_return(exc, index or 0)) from exc

@@ -1488,7 +1488,7 @@ def test_a_keras_family_runs_under_its_architectures_name_with_xla_as_its_compil
     # the same layers as the PyTorch MLP at its batch: its parameters, and its FLOPs a step
     # within what the two counts differ by (Keras's is three forwards; PyTorch's counts the
     # backward as run, which computes no gradient of the input: 10% less here)
-    torch_rows = _campaign_rows(lambda r: r["run_id"] == "transfer/mlp/b0/2c/stock")
+    torch_rows = [r for r in shipped if r["run_id"] == "transfer/mlp/b0/2c/stock"]
     assert rec["fingerprint"]["trainable_parameters"] == int(torch_rows[0]["trainable_parameters"])
     assert 1.0 < rec["fingerprint"]["flops_per_step"] / float(torch_rows[0]["flops_per_step"]) \
         < 1.15

@@ -1,7 +1,8 @@
 """The transfer campaign: sixteen workload families (four also in Keras) x two batches x targets.
 
     .venv/bin/python benchmarks/transfer_campaign.py [--family F ...] [--target T ...]
-        [--variant 0|1 ...] [--repeats 1 | --uncertain N] [--steps 12] [--minutes M]
+        [--variant 0|1 ...] [--repeats 1 | --uncertain N | --unrepeated] [--steps 12]
+        [--minutes M]
         [--config C ...] [--store PATH] [--merge STORE ...] [--max-busy 0.1]
         [--csv modak_lib/data/transfer-campaign.csv.gz] [--list]
     .venv/bin/python benchmarks/transfer_campaign.py --refingerprint \
@@ -67,6 +68,12 @@ Repeats go where the model is uncertain: ``--uncertain N`` runs one more round o
 cells of this machine (of those selected by ``--family``/``--target``/``--variant``) whose
 measurements the model predicts worst with their configuration held out (in 10 folds,
 ``uncertainty``): the cells whose runs disagree with each other or with every other cell.
+
+``--unrepeated`` runs one more round of every cell of this machine (of those selected) that
+has a configuration measured only once here: a configuration's figure is the median of its
+runs, and one run is all scatter (held out, the configurations measured once were 26% off,
+those measured two or three times 20%).  A whole round, stock among it, not the lone
+configuration: a run is compared with the stock run of its own round (``fit.round_shift``).
 
 ``--refingerprint`` runs nothing of the campaign: it fingerprints each (family, batch) once
 (two steps, stock, through the runtime) and writes the fingerprint's columns that the
@@ -595,6 +602,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--uncertain", type=int, metavar="N", default=0,
                     help="one more round of the N cells the model predicts worst")
+    ap.add_argument("--unrepeated", action="store_true",
+                    help="one more round of every cell with a configuration measured only "
+                         "once on this machine")
     ap.add_argument("--merge", action="append", default=[], metavar="STORE",
                     help="run nothing: add the campaign rows of another store (another "
                          "machine's, a GPU node's) to --store, then write --csv")
@@ -639,6 +649,12 @@ def main() -> int:
         cells = ranked
         for c in ranked:
             print(f"  {c[0]} b{c[1]} {c[2]}: held-out error {scores[c]:.0%}, round {want[c]}")
+    if a.unrepeated:  # (after --uncertain's choice, if both: of those cells)
+        once = [c for c in dict.fromkeys(cells)
+                if any(counts.get(run_id(*c, k), 0) == 1 for k in configs(c[2], c[0]))]
+        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs(c[2], c[0]))
+                for c in once}
+        cells = once
     # the rounds: round r of every cell (one run of each configuration measured fewer than r
     # times here) before round r + 1 of any
     rounds = [(r, f, v, t) for r in range(1, max(want.values(), default=0) + 1)
@@ -652,7 +668,8 @@ def main() -> int:
             if run_id(f, v, t, c) not in broken
             for _ in range(max(0, want[(f, v, t)] - counts.get(run_id(f, v, t, c), 0)))]
     print(f"{len(left)} runs left"
-          f" (repeats {a.repeats if not a.uncertain else 'one more round'})", flush=True)
+          f" (repeats {a.repeats if not (a.uncertain or a.unrepeated) else 'one more round'})",
+          flush=True)
     if a.list:
         for f, v, t, c in left:
             print(f"  {f} b{v} {t} {c}")

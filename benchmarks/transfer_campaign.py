@@ -69,11 +69,14 @@ cells of this machine (of those selected by ``--family``/``--target``/``--varian
 measurements the model predicts worst with their configuration held out (in 10 folds,
 ``uncertainty``): the cells whose runs disagree with each other or with every other cell.
 
-``--unrepeated`` runs one more round of every cell of this machine (of those selected) that
-has a configuration measured only once here: a configuration's figure is the median of its
-runs, and one run is all scatter (held out, the configurations measured once were 26% off,
-those measured two or three times 20%).  A whole round, stock among it, not the lone
-configuration: a run is compared with the stock run of its own round (``fit.round_shift``).
+``--unrepeated`` runs one more round of every cell of this machine (of those selected) whose
+configurations all ran here, some of them only once: a configuration's figure is the median
+of its runs, and one run is all scatter (held out, the configurations measured once were
+26% off, those measured two or three times 20%).  As ``--uncertain``, a round of the whole
+cell, stock among it (a run is compared with the stock run of its own round:
+``fit.round_shift``), after the configurations measured fewer times than the cell's most
+measured one have caught up.  A cell with only a stock run here (an anchor of this
+machine's speed) is not one: its whole grid would run twice.
 
 ``--refingerprint`` runs nothing of the campaign: it fingerprints each (family, batch) once
 (two steps, stock, through the runtime) and writes the fingerprint's columns that the
@@ -603,8 +606,8 @@ def main() -> int:
     ap.add_argument("--uncertain", type=int, metavar="N", default=0,
                     help="one more round of the N cells the model predicts worst")
     ap.add_argument("--unrepeated", action="store_true",
-                    help="one more round of every cell with a configuration measured only "
-                         "once on this machine")
+                    help="one more round of every cell whose configurations all ran on "
+                         "this machine, some only once")
     ap.add_argument("--merge", action="append", default=[], metavar="STORE",
                     help="run nothing: add the campaign rows of another store (another "
                          "machine's, a GPU node's) to --store, then write --csv")
@@ -650,8 +653,11 @@ def main() -> int:
         for c in ranked:
             print(f"  {c[0]} b{c[1]} {c[2]}: held-out error {scores[c]:.0%}, round {want[c]}")
     if a.unrepeated:  # (after --uncertain's choice, if both: of those cells)
+        # a cell whose whole grid ran here, some of it once (not one with only a stock run
+        # here, an anchor of this machine's speed: that would be its grid twice)
         once = [c for c in dict.fromkeys(cells)
-                if any(counts.get(run_id(*c, k), 0) == 1 for k in configs(c[2], c[0]))]
+                if min([counts.get(run_id(*c, k), 0) for k in configs(c[2], c[0])
+                        if run_id(*c, k) not in broken] or [0]) == 1]
         want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs(c[2], c[0]))
                 for c in once}
         cells = once

@@ -1314,6 +1314,35 @@ def test_the_campaign_runs_the_rounds_it_is_asked_for_round_by_round(tmp_path, m
     assert len(ran) == 12 and sorted(ran[8:]) == sorted(first)
 
 
+def test_the_campaign_repeats_the_cells_measured_once_a_whole_round_each(tmp_path, monkeypatch):
+    """``--unrepeated`` runs one more round of each cell whose configurations all ran on this
+    machine, some of them once: the whole cell, stock among it; not a cell already measured
+    twice, nor one with only its stock run here (that would be its grid twice)."""
+    import sys
+
+    campaign = _campaign_module()
+    ran = _fake_runs(campaign, monkeypatch)
+    store = tmp_path / "campaign.sqlite"
+
+    def main(*families, more=("--repeats", "1"), configs=("stock", "bf16")):
+        monkeypatch.setattr(sys, "argv", [
+            "transfer_campaign.py", "--store", str(store), *(
+                a for f in families for a in ("--family", f)), "--target", "2c", "--variant",
+            "0", *(a for c in configs for a in ("--config", c)), "--max-busy", "1", *more])
+        assert campaign.main() == 0
+    main("mlp", "gru")  # both cells once
+    main("gru", more=("--repeats", "2"))  # the GRU's twice
+    main("vit", configs=("stock",))  # the ViT: only its stock run here
+    del ran[:]
+    main("mlp", "gru", "vit", more=("--unrepeated",))
+    assert sorted(ran) == [("mlp", "2c", "bf16"), ("mlp", "2c", "stock")]
+    main("mlp", "gru", "vit", more=("--unrepeated",))  # each cell now measured twice
+    assert len(ran) == 2
+    assert campaign.done(ResultsStore(store), campaign.boot_id()) == {
+        **{f"transfer/{f}/b0/2c/{c}": 2 for f in ("mlp", "gru") for c in ("stock", "bf16")},
+        "transfer/vit/b0/2c/stock": 1}
+
+
 def test_a_campaign_run_measured_beside_other_work_is_not_recorded_but_run_again(
         tmp_path, monkeypatch):
     """A run during which more than ``--max-busy`` of the machine went to something else is

@@ -6,10 +6,11 @@
 
 For each PyTorch family (``benchmarks/families/``, batch variant 0; the Keras ones are
 measured by the campaign, not searched here) on one target of this machine
-(described, and its grid's best taken, by this machine's campaign runs where the campaign
-ran here; else described by its own probe, run once, and its microarchitecture, its grid's
-best taken from the campaign's runs on machines of the same target, the same
-microarchitecture and cores, or where it has none, on every machine: the table says which):
+(described by this machine's campaign runs where the campaign ran the family here, else by
+its own probe, run once, and its microarchitecture; its grid's best taken from this
+machine's runs where the campaign ran the cell's grid here, not only a stock run, else from
+the campaign's runs on machines of the same target, the same microarchitecture and cores,
+or where it has none, on every machine: the table says which):
 
 1. **cold plan**: the model is fitted on the shipped datasets (the transfer campaign
    among them) and ``--data`` *without* that family (the estimators of ``--estimators``,
@@ -108,6 +109,33 @@ def this_machine(target: str) -> dict:
             **{k: float(probe[k]) if probe.get(k) else None for k in TARGET_FIGURES}}
 
 
+def cells(df, family: str, target: str, boot: str | None, cores: int,
+          micro: str | None = None):
+    """The campaign's runs of a PyTorch family at its first batch on ``target`` (its Keras
+    twin's, recorded under the same workload name, left out), as ``(described, grid,
+    where)``: the runs that describe the family and the target (this machine's, ``boot``,
+    where it has any: its probe's figures), and those whose configurations' medians give the
+    grid's best, with where they ran: ``here`` where this machine ran the cell's grid (more
+    than one configuration: a lone stock run, which ties a machine's speed to the others',
+    is not a grid), else ``like``, other machines of the same microarchitecture (this
+    machine's, or ``micro`` where it has no run) and cores, else ``all``.  Empty frames
+    where the campaign has no such runs."""
+    cell = df[df["run_id"].astype(str).str.startswith(f"transfer/{family}/b0/{target}/")]
+    if "framework" in cell:
+        cell = cell[cell["framework"].astype(str) == "pytorch"]
+    mine = (cell["boot_id"] == boot) if "boot_id" in cell else cell["run_id"].isna()
+    here = cell[mine]
+    if here["run_id"].nunique() > 1:
+        return here, here, "here"
+    if len(here):
+        micro = here.iloc[0]["microarchitecture"]
+    others = cell[~mine]
+    like = others[(others["microarchitecture"] == micro)
+                  & (others["cores"].astype(float) == float(cores))]
+    grid, where = (like, "like") if len(like) else (others, "all")
+    return (here if len(here) else cell), grid, where
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", action="append", default=[],
@@ -131,23 +159,17 @@ def main() -> int:
     machine = None  # this machine's description, probed once where the campaign never ran here
     for family in a.family or torch_families:
         BUSY.clear()
-        cell = df[(df["workload"] == family) & (df["run_id"].astype(str).str.contains(
-            f"/b0/{a.target}/"))]
-        if cell.empty:
+        described, cell, grid = cells(df, family, a.target, tc.boot_id(), cores)
+        if described.empty:
             print(f"{family}: not in the campaign's data on {a.target}; skipped", flush=True)
             continue
-        here = cell[cell["boot_id"] == tc.boot_id()] if "boot_id" in cell else cell.iloc[:0]
-        rec = cell.iloc[0].to_dict()  # the family's fingerprint and the target's figures
-        if len(here):  # this machine's runs: its probe's figures, its grid's best
-            cell, grid = here, "here"
-            rec = cell.iloc[0].to_dict()
-        else:  # a machine the campaign never ran on: described by its own probe
-            if machine is None:
+        rec = described.iloc[0].to_dict()  # the family's fingerprint and the target's figures
+        if "boot_id" not in described or not (described["boot_id"] == tc.boot_id()).any():
+            if machine is None:  # a machine the campaign never ran on: its own probe
                 machine = this_machine(a.target)
             rec.update(machine)
-            like = cell[(cell["microarchitecture"] == machine["microarchitecture"])
-                        & (cell["cores"].astype(float) == float(cores))]
-            cell, grid = (like, "like") if len(like) else (cell, "all")
+            described, cell, grid = cells(df, family, a.target, tc.boot_id(), cores,
+                                          machine["microarchitecture"])
         model = fit(df[df["workload"] != family], estimators=a.estimators.split(","))
         configs = [config_of(k, cores) for k in labels]
         stock = config_of("stock", cores)
@@ -211,8 +233,8 @@ def main() -> int:
         "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss",
         "busy elsewhere"])))
     print("grid best: of this machine's campaign runs; (like): of other machines of this "
-          "target (the same microarchitecture and cores), the campaign never ran here; (all): "
-          "of every machine, the campaign never ran on this target")
+          "target (the same microarchitecture and cores), the campaign never ran its grid "
+          "here; (all): of every machine, the campaign never ran on this target")
     print("busy elsewhere: the most of the machine's CPU (the host's steal included) that went "
           "to anything but the family's runs during one of them; over 10% (the campaign's "
           "--max-busy), its figures are not of the configurations alone")

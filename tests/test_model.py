@@ -1343,6 +1343,45 @@ def test_the_campaign_repeats_the_cells_measured_once_a_whole_round_each(tmp_pat
         "transfer/vit/b0/2c/stock": 1}
 
 
+def test_the_held_out_benchmark_takes_the_pytorch_grid_where_it_ran_not_a_stock_anchor():
+    """``benchmarks/transfer_search.py`` describes a family by this machine's runs and takes
+    the grid's best from this machine only where its grid ran here: its Keras twin's runs
+    (recorded under the same workload name, faster under XLA) are not its grid, nor is a
+    lone stock run that ties this machine's speed to the others'."""
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_search", ROOT / "benchmarks/transfer_search.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def run(family, config, boot, framework="pytorch", micro="x86_64_v4", cores=2, t=1.0):
+        return {"run_id": f"transfer/{family}/b0/2c/{config}", "workload": "mlp",
+                "framework": framework, "boot_id": boot, "microarchitecture": micro,
+                "cores": cores, "s_per_step": t}
+    df = pd.DataFrame([
+        run("mlp-keras", "xla", "here", framework="keras", t=0.1),  # the twin, first
+        run("mlp", "stock", "here"),  # this machine's anchor
+        run("mlp", "stock", "other"), run("mlp", "bf16", "other", t=0.5),
+        run("mlp", "stock", "zen", micro="zen3"), run("mlp", "tcmalloc", "zen", micro="zen3",
+                                                      t=0.2)])
+    described, grid, where = bench.cells(df, "mlp", "2c", "here", 2)
+    assert list(described["run_id"]) == ["transfer/mlp/b0/2c/stock"]
+    assert (described["boot_id"] == "here").all() and where == "like"
+    assert set(grid["boot_id"]) == {"other"}  # the same CPU kind and cores, not the twin's
+    # the grid ran here: its best is this machine's
+    more = pd.concat([df, pd.DataFrame([run("mlp", "bf16", "here", t=0.7)])])
+    described, grid, where = bench.cells(more, "mlp", "2c", "here", 2)
+    assert where == "here" and set(grid["framework"]) == {"pytorch"} and len(grid) == 2
+    # a machine the campaign never ran on: described by every run, graded by its CPU kind
+    described, grid, where = bench.cells(df, "mlp", "2c", "new", 2, "zen3")
+    assert where == "like" and set(grid["boot_id"]) == {"zen"} and len(described) == 5
+    assert bench.cells(df, "mlp", "2c", "new", 2, "icelake")[2] == "all"
+    assert bench.cells(df, "gru", "2c", "here", 2)[0].empty
+
+
 def test_a_campaign_run_measured_beside_other_work_is_not_recorded_but_run_again(
         tmp_path, monkeypatch):
     """A run during which more than ``--max-busy`` of the machine went to something else is

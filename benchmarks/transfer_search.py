@@ -123,6 +123,7 @@ def cells(df, family: str, target: str, boot: str | None, cores: int,
     cell = df[df["run_id"].astype(str).str.startswith(f"transfer/{family}/b0/{target}/")]
     if "framework" in cell:
         cell = cell[cell["framework"].astype(str) == "pytorch"]
+    # (rows that record no boot are no machine's in particular: none of them is this one's)
     mine = (cell["boot_id"] == boot) if "boot_id" in cell else cell["run_id"].isna()
     here = cell[mine]
     if here["run_id"].nunique() > 1:

@@ -29,6 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+# the best of three epochs' mean step time of a built Keras model (the first fit traces)
+from recurrent_step_cost import step_seconds as keras_step_seconds  # noqa: E402
+
 SIZE, CHANNELS, BATCH = 32, 64, 16  # a 32x32 image of 64 channels (256 for the depthwise)
 STEPS = 8
 
@@ -67,16 +70,6 @@ def keras_model(keras, layer, shape, jit: bool, precision: str):
                           keras.layers.Dense(1, dtype="float32")])
     m.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse", jit_compile=jit)
     return m
-
-
-def keras_step_seconds(m, x, y) -> float:
-    """The best of three epochs' mean step time (the first fit, which traces, not timed)."""
-    best = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        m.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, shuffle=False)
-        best = min(best, (time.perf_counter() - start) / STEPS)
-    return best
 
 
 def main() -> int:
@@ -126,7 +119,7 @@ def main() -> int:
     names = list(rows)
     for _ in range(a.repeats):
         rows[names[0]].append(dw_flops / torch_step_seconds(dw_torch, x_torch) / 1e9 / gflops)
-        t = {k: keras_step_seconds(*v) for k, v in built.items()}
+        t = {k: keras_step_seconds(m, x, y, BATCH, STEPS) for k, (m, x, y) in built.items()}
         rows[names[1]].append(dw_flops / t["depthwise", False, "fp32"] / 1e9 / gflops)
         rows[names[2]].append(dw_flops / t["depthwise", True, "fp32"] / 1e9 / gflops)
         rows[names[3]].append(t["conv", True, "fp32"] / t["conv", False, "fp32"])

@@ -640,6 +640,9 @@ def main() -> int:
     def configs(target: str, family: str) -> list[str]:
         return [c for c in configs_for(target, family) if not a.config or c in a.config]
 
+    def measured(cell: tuple) -> list[int]:  # runs here of each configuration of a cell
+        return [counts.get(run_id(*cell, k), 0) for k in configs(cell[2], cell[0])]
+
     # variant 0 everywhere before variant 1 (in each round: see ``rounds``)
     cells = [(f, v, t) for v in variants for t in targets for f in families]
     want = {cell: a.repeats for cell in cells}  # runs per configuration, per cell
@@ -647,8 +650,7 @@ def main() -> int:
         scores = uncertainty(store, boot_id())
         ranked = sorted((c for c in dict.fromkeys(cells) if c in scores),
                         key=lambda c: -scores[c])[:a.uncertain]
-        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs(c[2], c[0]))
-                for c in ranked}
+        want = {c: 1 + max(measured(c)) for c in ranked}
         cells = ranked
         for c in ranked:
             print(f"  {c[0]} b{c[1]} {c[2]}: held-out error {scores[c]:.0%}, round {want[c]}")
@@ -658,8 +660,7 @@ def main() -> int:
         once = [c for c in dict.fromkeys(cells)
                 if min([counts.get(run_id(*c, k), 0) for k in configs(c[2], c[0])
                         if run_id(*c, k) not in broken] or [0]) == 1]
-        want = {c: 1 + max(counts.get(run_id(*c, k), 0) for k in configs(c[2], c[0]))
-                for c in once}
+        want = {c: 1 + max(measured(c)) for c in once}
         cells = once
     # the rounds: round r of every cell (one run of each configuration measured fewer than r
     # times here) before round r + 1 of any

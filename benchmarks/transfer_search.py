@@ -1,12 +1,14 @@
 """Each workload family held out of the model in turn: plan it cold, search, compare.
 
     .venv/bin/python benchmarks/transfer_search.py [--data CSV ...]
-        [--family F ...] [--target 2c] [--job-steps 5000] [--budget 0.1] [--repeats 3]
-        [--estimators linear,linear-main,gbr-split,extra-trees] [--trial-overhead 2.5]
+        [--family F ... | --framework pytorch|keras|all] [--target 2c]
+        [--job-steps 5000 | --job-minutes M] [--budget 0.1] [--repeats 3]
+        [--estimators linear,linear-main,gbr-split,extra-trees] [--trial-overhead S]
 
-For each PyTorch family (``benchmarks/families/``, batch variant 0; the Keras ones are
-measured by the campaign, not searched here) on one target of this machine
-(described by this machine's campaign runs where the campaign ran the family here, else by
+For each family of ``--framework`` (``benchmarks/families/``, batch variant 0: the PyTorch
+ones by default; a Keras one searches its own grid, XLA in place of ``torch.compile``, and
+is held out of the model with its PyTorch twin, the same workload) on one target of this
+machine (described by this machine's campaign runs where the campaign ran the family here, else by
 its own probe, run once, and its microarchitecture; its grid's best taken from this
 machine's runs where the campaign ran the cell's grid here, not only a stock run, else from
 the campaign's runs on machines of the same target, the same microarchitecture and cores,
@@ -20,9 +22,11 @@ or where it has none, on every machine: the table says which):
 2. **search**: the budgeted successive-halving search (``modak_lib.perf.search``) over the
    model's top three candidates and stock, with real short trials of the script through
    the runtime, within ``--budget`` of the job's expected time (``--job-steps`` at stock's
-   predicted speed), its first round cut to the trials the budget affords as the deploy
-   cuts it (``--trial-overhead`` seconds a trial, here a Python process starting the
-   script, plus its steps at stock's predicted speed);
+   predicted speed, or ``--job-minutes`` of it: a Keras family's steps take 5-60 ms here,
+   and 5000 of them buy no trial), its first round cut to the trials the budget affords as
+   the deploy cuts it (``--trial-overhead`` seconds a trial, by default a Python process
+   starting the script: 2.5 s with PyTorch, 4 s with Keras, plus its steps at stock's
+   predicted speed);
 3. **compare**, interleaved and repeated: stock, MODAK's final choice and the best
    configuration of the campaign's grid for that cell, each for ``--steps`` steps through the
    runtime, with the job time (warm-up + job steps x s/step) and the final loss.
@@ -53,20 +57,27 @@ from modak_lib.perf.search import (Trial, first_round, job_seconds, search,  # n
 from modak_lib.report import table_lines  # noqa: E402
 from modak_lib.results import load_frame  # noqa: E402
 
-IMAGE = "pytorch-2.13.0-cpu"
+# the catalogue's image of each framework (a label here: the runs use this machine's Python)
+IMAGES = {"pytorch": "pytorch-2.13.0-cpu", "keras": "keras-3.15.1-cpu"}
 
 
-def config_of(label: str, cores: int) -> Configuration:
+def framework_of(family: str) -> str:
+    return "keras" if family in tc.KERAS_FAMILIES else "pytorch"
+
+
+def config_of(label: str, cores: int, framework: str = "pytorch") -> Configuration:
     env = tc.CONFIGS[label]
+    compiler = "torch.compile:default" if "MODAK_TORCH_COMPILE" in env else \
+        "xla" if "MODAK_JIT_COMPILE" in env else None
     return Configuration(
-        image=IMAGE, compiler="torch.compile:default" if "MODAK_TORCH_COMPILE" in env else None,
+        image=IMAGES[framework], compiler=compiler,
         threads=int(env.get("MODAK_THREADS", cores)),
         allocator=Allocator(env.get("MODAK_ALLOCATOR", "glibc")),
         precision=Precision(env.get("MODAK_PRECISION", "fp32")))
 
 
 def label_of(c: Configuration, cores: int) -> str:
-    return next(k for k in tc.CONFIGS if config_of(k, cores) == c)
+    return next(k for k in tc.CONFIGS for fw in IMAGES if config_of(k, cores, fw) == c)
 
 
 BUSY: list[float] = []  # each run's share of the machine that went to other work
@@ -111,18 +122,18 @@ def this_machine(target: str) -> dict:
 
 def cells(df, family: str, target: str, boot: str | None, cores: int,
           micro: str | None = None):
-    """The campaign's runs of a PyTorch family at its first batch on ``target`` (its Keras
-    twin's, recorded under the same workload name, left out), as ``(described, grid,
-    where)``: the runs that describe the family and the target (this machine's, ``boot``,
-    where it has any: its probe's figures), and those whose configurations' medians give the
-    grid's best, with where they ran: ``here`` where this machine ran the cell's grid (more
-    than one configuration: a lone stock run, which ties a machine's speed to the others',
-    is not a grid), else ``like``, other machines of the same microarchitecture (this
-    machine's, or ``micro`` where it has no run) and cores, else ``all``.  Empty frames
-    where the campaign has no such runs."""
+    """The campaign's runs of a family at its first batch on ``target`` in its own framework
+    (a PyTorch family's Keras twin's, recorded under the same workload name, left out), as
+    ``(described, grid, where)``: the runs that describe the family and the target (this
+    machine's, ``boot``, where it has any: its probe's figures), and those whose
+    configurations' medians give the grid's best, with where they ran: ``here`` where this
+    machine ran the cell's grid (more than one configuration: a lone stock run, which ties
+    a machine's speed to the others', is not a grid), else ``like``, other machines of the
+    same microarchitecture (this machine's, or ``micro`` where it has no run) and cores,
+    else ``all``.  Empty frames where the campaign has no such runs."""
     cell = df[df["run_id"].astype(str).str.startswith(f"transfer/{family}/b0/{target}/")]
     if "framework" in cell:
-        cell = cell[cell["framework"].astype(str) == "pytorch"]
+        cell = cell[cell["framework"].astype(str) == framework_of(family)]
     # (rows that record no boot are no machine's in particular: none of them is this one's)
     mine = (cell["boot_id"] == boot) if "boot_id" in cell else cell["run_id"].isna()
     here = cell[mine]
@@ -141,25 +152,35 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", action="append", default=[],
                     help="a campaign's CSV besides the shipped datasets")
-    torch_families = [f for f in tc.FAMILIES if f not in tc.KERAS_FAMILIES]
-    ap.add_argument("--family", action="append", choices=sorted(torch_families))
+    ap.add_argument("--family", action="append", choices=sorted(tc.FAMILIES))
+    ap.add_argument("--framework", choices=["pytorch", "keras", "all"], default="pytorch",
+                    help="the families searched where --family names none")
     ap.add_argument("--target", default="2c", choices=sorted(tc.TARGETS))
-    ap.add_argument("--job-steps", type=int, default=5000)
+    job = ap.add_mutually_exclusive_group()
+    job.add_argument("--job-steps", type=int, default=5000)
+    job.add_argument("--job-minutes", type=float,
+                     help="the job's length in minutes at stock's predicted speed, in place "
+                          "of --job-steps (a family's steps differ 10x in time)")
     ap.add_argument("--estimators", default=",".join(QUICK_ESTIMATORS))
     ap.add_argument("--budget", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--trial-overhead", type=float, default=2.5,
+    ap.add_argument("--trial-overhead", type=float,
                     help="seconds a trial costs besides its steps, for the first round's cut "
-                         "(the deploy's default, through the job path, is 10)")
+                         "(by default a Python process starting the script: 2.5 for "
+                         "PyTorch, 4 for Keras, whose TensorFlow takes 2.5-3 s to start; the "
+                         "deploy's default, through the job path, is 10)")
     a = ap.parse_args()
     df = load_frame(None, extra=a.data)
     cores = tc.cores_of(a.target)
-    labels = tc.configs_for(a.target)
+    families = a.family or [f for f in tc.FAMILIES
+                            if a.framework in ("all", framework_of(f))]
     rows = []
     machine = None  # this machine's description, probed once where the campaign never ran here
-    for family in a.family or torch_families:
+    for family in families:
         BUSY.clear()
+        framework, workload = framework_of(family), tc.workload_of(family)
+        labels = tc.configs_for(a.target, family)
         described, cell, grid = cells(df, family, a.target, tc.boot_id(), cores)
         if described.empty:
             print(f"{family}: not in the campaign's data on {a.target}; skipped", flush=True)
@@ -171,28 +192,33 @@ def main() -> int:
             rec.update(machine)
             described, cell, grid = cells(df, family, a.target, tc.boot_id(), cores,
                                           machine["microarchitecture"])
-        model = fit(df[df["workload"] != family], estimators=a.estimators.split(","))
-        configs = [config_of(k, cores) for k in labels]
-        stock = config_of("stock", cores)
-        predictor = model_predictor(model, df[df["workload"] != family])
+        # the family held out in both frameworks (a Keras twin is the same workload)
+        model = fit(df[df["workload"] != workload], estimators=a.estimators.split(","))
+        configs = [config_of(k, cores, framework) for k in labels]
+        stock = config_of("stock", cores, framework)
+        predictor = model_predictor(model, df[df["workload"] != workload])
         preds = {c: predictor.formula({**rec, **{
             "compiler": c.compiler or "off", "threads": c.threads,
             "allocator": c.allocator.value, "precision": c.precision.value,
             "channels_last": 0, "onednn": 1}}) for c in configs}
         ranked = sorted(configs, key=lambda c: preds[c])
         per_step = 2.718281828 ** preds[stock]
-        budget = a.budget * a.job_steps * per_step
+        job_steps = round(a.job_minutes * 60 / per_step) if a.job_minutes else a.job_steps
+        budget = a.budget * job_steps * per_step
+        overhead = a.trial_overhead if a.trial_overhead is not None else \
+            {"pytorch": 2.5, "keras": 4.0}[framework]
         print(f"== {family}: the {model.name} model (held-out families' MAPE "
               f"{model.card.held_out_mape.get(model.name, float('nan')):.0%}) ranks "
-              f"{[label_of(c, cores) for c in ranked[:3]]}, budget {budget:.0f} s", flush=True)
+              f"{[label_of(c, cores) for c in ranked[:3]]}, a job of {job_steps} steps, "
+              f"budget {budget:.0f} s", flush=True)
         out = search(first_round([(c, False) for c in ranked], 3, stock), stock,
                      lambda c, n, cap: trial(family, a.target, c, n, cores, cap),
-                     job_steps=a.job_steps, budget_s=budget, first_steps=8,
-                     budget_fraction=a.budget, trial_overhead_s=a.trial_overhead,
+                     job_steps=job_steps, budget_s=budget, first_steps=8,
+                     budget_fraction=a.budget, trial_overhead_s=overhead,
                      s_per_step=per_step)
         best_label = cell.groupby("run_id")["s_per_step"].median().idxmin().split("/")[-1]
-        compare = {"stock": stock, "chosen": out.chosen, "grid best": config_of(best_label,
-                                                                                 cores)}
+        compare = {"stock": stock, "chosen": out.chosen,
+                   "grid best": config_of(best_label, cores, framework)}
         # each distinct configuration runs once per repeat (a choice that is stock, or the
         # grid's best, is the same runs: two measurements of one configuration would only
         # show the noise as a speed-up)
@@ -203,7 +229,7 @@ def main() -> int:
         for r in range(a.repeats):
             for c in distinct:
                 t = trial(family, a.target, c, a.steps, cores)
-                times[c].append(job_seconds(t, a.job_steps))
+                times[c].append(job_seconds(t, job_steps))
                 runs.append(f"   compared, repeat {r + 1}: {label_of(c, cores)}, " + (
                     f"{t.s_per_step:.4g} s/step, warm-up {t.warmup_s:.1f} s"
                     if t.s_per_step else f"failed: {t.failed}"))
@@ -214,7 +240,8 @@ def main() -> int:
         rows.append([family, model.name, label_of(ranked[0], cores),
                      label_of(out.chosen, cores),
                      best_label + {"here": "", "like": " (like)", "all": " (all)"}[grid],
-                     f"{out.spent_s:.0f}/{out.budget_s:.0f} s", f"{med['stock']:.0f}",
+                     f"{out.spent_s:.0f}/{out.budget_s:.0f} s", str(job_steps),
+                     f"{med['stock']:.0f}",
                      f"{med['chosen']:.0f}", f"{med['grid best']:.0f}",
                      f"{med['stock'] / med['chosen']:.2f}x",
                      f"{med['stock'] / med['grid best']:.2f}x",
@@ -230,8 +257,9 @@ def main() -> int:
             print(f"   {name.split(' ', 1)[-1]}: {why}", flush=True)
         print("\n".join(runs), flush=True)  # the side-by-side runs, in the order they ran
     print("\n".join(table_lines(rows, [
-        "family (held out)", "model", "model's first", "MODAK chose", "grid best", "trials", f"stock s ({a.job_steps} "
-        "steps)", "chosen s", "best s", "chosen vs stock", "best vs stock", "chosen loss",
+        "family (held out)", "model", "model's first", "MODAK chose", "grid best", "trials",
+        "job steps", "stock s", "chosen s", "best s", "chosen vs stock", "best vs stock",
+        "chosen loss",
         "busy elsewhere"])))
     print("grid best: of this machine's campaign runs; (like): of other machines of this "
           "target (the same microarchitecture and cores), the campaign never ran its grid "

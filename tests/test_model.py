@@ -1382,6 +1382,47 @@ def test_the_held_out_benchmark_takes_the_pytorch_grid_where_it_ran_not_a_stock_
     assert bench.cells(df, "gru", "2c", "here", 2)[0].empty
 
 
+def test_the_held_out_benchmark_searches_a_keras_family_in_its_own_grid():
+    """A Keras family in ``benchmarks/transfer_search.py`` is described and graded by its own
+    framework's runs (not its PyTorch twin's, recorded under the same workload name), and
+    its grid's configurations (XLA, not ``torch.compile``) map to the labels that run them."""
+    import importlib.util
+
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location(
+        "transfer_search", ROOT / "benchmarks/transfer_search.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    campaign = bench.tc
+
+    def run(family, config, framework, t):
+        return {"run_id": f"transfer/{family}/b0/2c/{config}", "workload": "mlp",
+                "framework": framework, "boot_id": "here", "microarchitecture": "x86_64_v4",
+                "cores": 2, "s_per_step": t}
+    df = pd.DataFrame([
+        run("mlp", "stock", "pytorch", 1.0), run("mlp", "compile", "pytorch", 0.1),
+        run("mlp-keras", "stock", "keras", 0.5), run("mlp-keras", "xla", "keras", 0.9),
+        run("mlp-keras", "bf16", "keras", 0.4)])
+    described, grid, where = bench.cells(df, "mlp-keras", "2c", "here", 2)
+    assert where == "here" and set(grid["framework"]) == {"keras"} and len(grid) == 3
+    assert grid.groupby("run_id")["s_per_step"].median().idxmin().endswith("/bf16")
+    described, grid, where = bench.cells(df, "mlp", "2c", "here", 2)
+    assert set(grid["framework"]) == {"pytorch"} and len(grid) == 2
+    # each configuration of a family's grid is the one its label runs, and back
+    for family in ("mlp", "mlp-keras"):
+        framework = bench.framework_of(family)
+        labels = campaign.configs_for("2c", family)
+        configs = [bench.config_of(k, 2, framework) for k in labels]
+        assert len(set(configs)) == len(labels)
+        assert [bench.label_of(c, 2) for c in configs] == labels
+    xla = bench.config_of("xla+bf16", 2, "keras")
+    assert xla.compiler == "xla" and xla.precision.value == "bf16"
+    assert "xla" in campaign.configs_for("2c", "mlp-keras")
+    assert "compile" not in campaign.configs_for("2c", "mlp-keras")
+    assert bench.config_of("compile", 2).compiler == "torch.compile:default"
+
+
 def test_a_campaign_run_measured_beside_other_work_is_not_recorded_but_run_again(
         tmp_path, monkeypatch):
     """A run during which more than ``--max-busy`` of the machine went to something else is

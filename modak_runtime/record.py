@@ -86,6 +86,9 @@ class Metrics:
     steps_per_s: Optional[float] = None
     samples_per_s: Optional[float] = None
     warmup_s: Optional[float] = None         # excess time of the warm-up steps (compilation)
+    # a later one-off (a recompilation), in the warm-up, not the step time
+    # (``session.one_off_stall``)
+    stall_s: Optional[float] = None
     startup_s: Optional[float] = None        # runtime start -> training starts (imports, data)
     wall_s: Optional[float] = None
     peak_rss_mb: Optional[float] = None

@@ -27,6 +27,12 @@ ALARM_REPEAT_S = 0.25
 # the steps a compiled run needs for a step time: the first runs eagerly (the fingerprint's),
 # the second compiles, the third is the first that runs compiled
 COMPILED_STEPS = 3
+# a steady step that takes this many times the median step is a one-off (a recompilation for
+# a new shape, XLA's at a Keras epoch's end: 648 ms against 4 ms steps, in one run of two),
+# the job's once, not each step's: where a run has one such step, its excess over the
+# median goes to the warm-up (``one_off_stall``).  Keras' own end of an epoch (about 4x) is
+# every epoch's and stays in the step time
+STALL_FACTOR = 20.0
 
 
 class StopTrial(BaseException):
@@ -81,6 +87,17 @@ def _exit_error(code: Any, how: str = "") -> dict[str, Any]:
 
 def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def one_off_stall(intervals: list[float]) -> float:
+    """The excess over the median of the one steady step over :data:`STALL_FACTOR` times
+    it, where a run has exactly one (0.0 otherwise): a one-off the job pays once.  Two or
+    more such steps may be every epoch's (an evaluation, a checkpoint): they stay."""
+    if len(intervals) < 3:
+        return 0.0
+    median = statistics.median(intervals)
+    over = [t for t in intervals if t > STALL_FACTOR * median]
+    return over[0] - median if len(over) == 1 else 0.0
 
 
 def run_guarded(session: "Session", call: Callable[[], Any],
@@ -491,7 +508,8 @@ class Session:
         if not intervals:
             return m
         warm = max(1, min(warm, bounds[1] - 1))  # the first model's, whose warm-up is reported
-        s = span / len(intervals)
+        stall = one_off_stall(intervals)
+        s = (span - stall) / len(intervals)
         m.warmup_steps, m.timed_steps = warm, len(intervals)
         m.s_per_step, m.steps_per_s = s, 1.0 / s
         m.s_per_step_median = statistics.median(intervals)
@@ -499,6 +517,9 @@ class Session:
             m.samples_per_s = self.fingerprint.batch_size * (
                 self.fingerprint.micro_batches or 1) / s
         m.warmup_s = max(0.0, (ends[warm - 1] - (self.t_train or self.t_start)) - warm * s)
+        if stall:
+            m.stall_s = stall
+            m.warmup_s += stall
         return m
 
     def record(self, status: str, error: Optional[dict[str, str]] = None) -> Record:

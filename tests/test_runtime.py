@@ -1082,6 +1082,37 @@ def test_a_compiled_run_capped_by_its_compiling_step_has_no_step_time():
             assert m.s_per_step == pytest.approx(0.05) and s.time_cap_error() is None
 
 
+def test_a_one_off_stall_after_the_warm_up_goes_to_it_not_to_the_step_time():
+    """A run's one steady step far slower than the others (XLA recompiling at a Keras epoch's
+    end: 648 ms against 4 ms steps) is paid once in a job: it is the warm-up's, and the step
+    time is the others'.  Two such steps may be every epoch's (an evaluation), and a step
+    a few times the others (Keras' own end of an epoch, about 4x) is each epoch's: both
+    stay in the step time."""
+    from modak_runtime.record import Config
+    from modak_runtime.session import Session
+
+    def metrics(intervals):
+        s = Session(Config(), "x.py")
+        ends = [1.0, 1.1]  # the warm-up: two steps
+        for t in intervals:
+            ends.append(ends[-1] + t)
+        s.t_train, s.step_ends = 0.5, ends
+        return s.metrics()
+
+    steady = metrics([0.004] * 30)
+    assert steady.s_per_step == pytest.approx(0.004) and steady.stall_s is None
+    m = metrics([0.004] * 15 + [0.648] + [0.004] * 14)
+    assert m.s_per_step == pytest.approx(0.004) and m.stall_s == pytest.approx(0.644)
+    assert m.warmup_s == pytest.approx(steady.warmup_s + 0.644)
+    assert m.timed_steps == 30
+    two = metrics([0.004] * 10 + [0.648] + [0.004] * 9 + [0.648] + [0.004] * 9)
+    assert two.s_per_step == pytest.approx((28 * 0.004 + 2 * 0.648) / 30)
+    assert two.stall_s is None
+    epochs = metrics(([0.004] * 15 + [0.020]) * 2)  # each epoch's end, 5x a step
+    assert epochs.s_per_step == pytest.approx((30 * 0.004 + 2 * 0.020) / 32)
+    assert epochs.stall_s is None
+
+
 def test_a_script_that_exits_non_zero_keeps_its_status():
     rc, _, rec, _ = run(SCRIPTS / "mlp.py", "not-a-number")
     assert rc == 1 and rec["status"] == "failed" and rec["error"]["knob"] is None

@@ -24,6 +24,7 @@ import gc
 import math
 import os
 import sys
+import weakref
 from typing import Any, Optional
 
 from .hooks import when_imported
@@ -67,16 +68,22 @@ class _Keras:
         session.framework_version = keras.__version__
         session.effect["keras_backend"] = keras.backend.backend()
         cfg = session.config
-        self.models: list = []
+        # the models trained, by id, weakly (a script's sweep lets each go after its fit):
+        # the first one's facts for the record are noted when it starts training
+        self.models: dict[int, weakref.ref] = {}
+        self.first: Optional[weakref.ref] = None
+        self.first_facts: dict[str, Any] = {}
         self.in_keras_step = False  # inside Keras' own step function (fit, train_on_batch)
         self.applying = False       # inside the optimizer's apply (a wrapper's nested one)
         self.calls: list = []       # the tf.functions being called, outermost first
-        # those that applied gradients, by id (held, so that no other takes a freed one's id)
-        self.step_functions: dict[int, Any] = {}
+        # those that applied gradients, by id, weakly (a freed one's id leaves with it: no
+        # other function takes it over); a step function holds its model
+        self.step_functions: dict[int, weakref.ref] = {}
+        self.function_steps = False  # a tf.function of the script's own applied gradients
         # those that took a GradientTape's gradient without applying it through a Keras
         # optimizer (a loop that updates its variables itself): steps while no function
         # applied gradients
-        self.gradient_functions: dict[int, Any] = {}
+        self.gradient_functions: dict[int, weakref.ref] = {}
         self.trained: Optional[list] = None    # the variables a custom loop trains
         self.pending_loss: Any = None  # the target of an eager loop's last GradientTape
         self.own_loop = False  # an eager loop of its own applied gradients (not TensorFlow)
@@ -232,7 +239,7 @@ class _Keras:
             if not me.calls and tf.executing_eagerly():  # (an eager loop's loss)
                 me.pending_loss = target
             elif me.calls and not me.in_keras_step:  # (traced: the outermost tf.function)
-                me.gradient_functions[id(me.calls[0])] = me.calls[0]
+                _note(me.gradient_functions, me.calls[0])
             return gradient(tape, target, *args, **kwargs)
 
         def timed_apply(opt, *args, **kwargs):
@@ -240,7 +247,8 @@ class _Keras:
             if not own:
                 return out
             if me.calls:  # (traced: the outermost tf.function is the step)
-                me.step_functions[id(me.calls[0])] = me.calls[0]
+                _note(me.step_functions, me.calls[0])
+                me.function_steps = True
             elif tf.executing_eagerly():
                 loss, me.pending_loss = me.pending_loss, None
                 me.own_step(None, loss)
@@ -270,10 +278,11 @@ class _Keras:
     def own_step(self, x: Any, out: Any) -> None:
         """A step of the script's own loop ended (``x``: the step function's first argument,
         its batch; ``out``: what it returned)."""
-        if not self.models:
+        if self.first is None:
             model = self._trained_model()
             if model is not None:
                 self.began(model, x if x is not None else self.last_input, None)
+                self.trained = []  # (found: its variables are not held any longer)
         loss = out.get("loss") if isinstance(out, dict) else \
             out[0] if isinstance(out, (tuple, list)) and out else out
         if self.s.loss_due() and getattr(loss, "shape", None) == () and loss is not None:
@@ -302,9 +311,11 @@ class _Keras:
         self.s.step_done()
 
     def began(self, model, x, batch_size: Optional[int]) -> None:
-        if model in self.models:
+        if id(model) in self.models:
             return
-        self.models.append(model)
+        _note(self.models, model)
+        if self.first is None:
+            self.first, self.first_facts = weakref.ref(model), _facts(model)
         if self.unwatch is not None:
             self.unwatch()
         self.s.training_started()
@@ -353,15 +364,15 @@ class _Keras:
 
     def finish(self) -> None:
         s = self.s
-        for model in self.models[:1]:
-            jit = getattr(model, "jit_compile", None)
-            own = (bool(self.step_functions) or self.own_loop) and \
-                not getattr(model, "compiled", False)
+        if self.first is not None:
+            model = self.first()  # (the script may have let it go: its facts as noted)
+            facts = _facts(model) if model is not None else self.first_facts
+            jit = facts["jit_compile"]
+            own = (self.function_steps or self.own_loop) and not facts["compiled"]
             if own:  # (its own loop's tf.function: XLA only by TF_XLA_FLAGS)
                 jit = "compiler" in s.applied
             s.effect["compiled"] = bool(jit)
-            policy = getattr(model, "dtype_policy", None)
-            s.effect["compute_dtype"] = str(getattr(policy, "compute_dtype", None))
+            s.effect["compute_dtype"] = facts["compute_dtype"]
             s.effect["matmul_dtype"] = s.effect["compute_dtype"]
             if s.config.compiler == "xla" and not jit:
                 if not own:
@@ -375,6 +386,22 @@ class _Keras:
                            "Model.compile(jit_compile=True) does not reach "
                            "(TF_XLA_FLAGS is not set)")
                 s.withdraw("compiler", why)
+
+
+def _note(held: dict[int, weakref.ref], obj: Any) -> None:
+    """Note ``obj`` in ``held`` by its id, weakly: the entry leaves when ``obj`` is freed,
+    before another object can take its id."""
+    key = id(obj)
+    held[key] = weakref.ref(obj, lambda _, key=key: held.pop(key, None))
+
+
+def _facts(model) -> dict[str, Any]:
+    """What the record says of a trained model: whether Keras compiles its step with XLA,
+    whether ``Model.compile`` ran, and the dtype its layers compute in."""
+    policy = getattr(model, "dtype_policy", None)
+    return {"jit_compile": getattr(model, "jit_compile", None),
+            "compiled": bool(getattr(model, "compiled", False)),
+            "compute_dtype": str(getattr(policy, "compute_dtype", None))}
 
 
 def _dims(shape) -> list[int]:

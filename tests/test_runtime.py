@@ -273,6 +273,64 @@ def test_the_trained_module_goes_when_the_script_lets_it_go(knobs, tmp_path):
     assert out.splitlines()[-1] == "alive after training False"
 
 
+KERAS_LET_GO = """
+import gc, sys, weakref
+import numpy as np
+import keras
+
+
+def train(own_loop, steps):
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(4)])
+    x = np.random.default_rng(0).normal(size=(8 * steps, 8)).astype("float32")
+    if not own_loop:
+        model.compile(optimizer="sgd",
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.fit(x, np.zeros(8 * steps, "int64"), batch_size=8, epochs=1, verbose=0)
+        return weakref.ref(model)
+    import tensorflow as tf
+    opt = keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step(batch):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(batch)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+    for i in range(steps):
+        step(x[8 * i:8 * i + 8])
+    return weakref.ref(model)
+
+
+models = [train(sys.argv[1] == "own", 4) for _ in range(3)]
+gc.collect()
+print("alive after training", [m() is not None for m in models])
+"""
+
+
+@pytest.mark.parametrize("loop", ["fit", "own"])
+def test_the_trained_keras_models_go_when_the_script_lets_them_go(loop, tmp_path):
+    """The runtime holds no Keras model a script has let go (a sweep's, a fold's): it held
+    every model it timed, and a script's own step function (which holds its model), to the
+    interpreter's end.  The record still says what the first model ran with."""
+    need("keras")
+    need("tensorflow")
+    script = tmp_path / "keras_let_go.py"
+    script.write_text(KERAS_LET_GO)
+    env = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3",
+           "MODAK_PRECISION": "bf16", "MODAK_JIT_COMPILE": "1"}
+    rc, plain, none, _ = run(script, loop, runtime=False, env=env)
+    assert rc == 0 and plain.splitlines()[-1] == "alive after training [False, False, False]"
+    rc, out, rec, err = run(script, loop, env=env)
+    assert rc == 0 and rec["status"] == "ok", err
+    assert out.splitlines()[-1] == "alive after training [False, False, False]"
+    assert rec["metrics"]["steps"] == 12 and rec["effect"]["compute_dtype"] == "bfloat16"
+    # Model.compile's XLA for fit; an own loop's tf.function is not reached by it
+    assert rec["effect"]["compiled"] is (loop == "fit")
+    assert ("compiler" in rec["not_applied"]) is (loop == "own")
+
+
 def test_what_the_compiler_left_eager_is_said_in_dynamos_words():
     """Dynamo does not trace nn.LSTM/GRU/RNN: a forward that calls one compiles nothing, and
     the record must say so and why (it said "the module never ran after the first step");

@@ -30,7 +30,8 @@ COMPILED_STEPS = 3
 # a steady step that takes this many times the median step is a one-off (a recompilation for
 # a new shape, XLA's at a Keras epoch's end: 648 ms against 4 ms steps, in one run of two),
 # the job's once, not each step's: where a run has one such step, its excess over the
-# median goes to the warm-up (``one_off_stall``).  Keras' own end of an epoch (about 4x) is
+# median goes to the warm-up (``one_off_stall``; each model's apart, where a script trains
+# several one after another: each compiles anew).  Keras' own end of an epoch (about 4x) is
 # every epoch's and stays in the step time
 STALL_FACTOR = 20.0
 
@@ -498,17 +499,18 @@ class Session:
         bounds = [0] + [start for start, same in self.models] + [len(ends)]
         timed = [0] + [i + 1 for i, (start, same) in enumerate(self.models) if same]
         intervals: list[float] = []
-        span = 0.0
+        span = stall = 0.0
         for k in timed:
             seg = ends[bounds[k]:bounds[k + 1]]
             if len(seg) >= 2:
                 cut = max(1, min(warm, len(seg) - 1))
-                intervals += [b - a for a, b in zip(seg[cut - 1:], seg[cut:])]
+                mine = [b - a for a, b in zip(seg[cut - 1:], seg[cut:])]
+                intervals += mine
                 span += seg[-1] - seg[cut - 1]
+                stall += one_off_stall(mine)  # (each model's: it compiles anew)
         if not intervals:
             return m
         warm = max(1, min(warm, bounds[1] - 1))  # the first model's, whose warm-up is reported
-        stall = one_off_stall(intervals)
         s = (span - stall) / len(intervals)
         m.warmup_steps, m.timed_steps = warm, len(intervals)
         m.s_per_step, m.steps_per_s = s, 1.0 / s

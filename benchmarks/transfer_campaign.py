@@ -168,6 +168,10 @@ KERAS_FAMILIES: dict[str, str] = {f: f.removesuffix("-keras") for f in FAMILIES
 def workload_of(family: str) -> str:
     return KERAS_FAMILIES.get(family, family)
 
+
+def framework_of(family: str) -> str:
+    return "keras" if family in KERAS_FAMILIES else "pytorch"
+
 # target -> (CPU affinity or None for all, environment, microarchitecture name)
 NO_GPU = {"CUDA_VISIBLE_DEVICES": ""}
 TARGETS: dict[str, tuple[list[int] | None, dict[str, str], str | None]] = {
@@ -257,7 +261,7 @@ def crash_record(family: str, target: str, config: str, exc: Crashed,
     other runs recorded it, the signal as its error."""
     rec = json.loads(Record(
         workload=workload_of(family),
-        framework="keras" if family in KERAS_FAMILIES else "pytorch", status="failed",
+        framework=framework_of(family), status="failed",
         script=FAMILIES[family][0], config=knobs_from_env(CONFIGS[config]),
         host={**host_facts(), "cores": cores_of(target)},
         error={"type": "signal", "message": exc.reason()}).to_json())

@@ -61,10 +61,6 @@ from modak_lib.results import load_frame  # noqa: E402
 IMAGES = {"pytorch": "pytorch-2.13.0-cpu", "keras": "keras-3.15.1-cpu"}
 
 
-def framework_of(family: str) -> str:
-    return "keras" if family in tc.KERAS_FAMILIES else "pytorch"
-
-
 def config_of(label: str, cores: int, framework: str = "pytorch") -> Configuration:
     env = tc.CONFIGS[label]
     compiler = "torch.compile:default" if "MODAK_TORCH_COMPILE" in env else \
@@ -133,7 +129,7 @@ def cells(df, family: str, target: str, boot: str | None, cores: int,
     else ``all``.  Empty frames where the campaign has no such runs."""
     cell = df[df["run_id"].astype(str).str.startswith(f"transfer/{family}/b0/{target}/")]
     if "framework" in cell:
-        cell = cell[cell["framework"].astype(str) == framework_of(family)]
+        cell = cell[cell["framework"].astype(str) == tc.framework_of(family)]
     # (rows that record no boot are no machine's in particular: none of them is this one's)
     mine = (cell["boot_id"] == boot) if "boot_id" in cell else cell["run_id"].isna()
     here = cell[mine]
@@ -174,12 +170,12 @@ def main() -> int:
     df = load_frame(None, extra=a.data)
     cores = tc.cores_of(a.target)
     families = a.family or [f for f in tc.FAMILIES
-                            if a.framework in ("all", framework_of(f))]
+                            if a.framework in ("all", tc.framework_of(f))]
     rows = []
     machine = None  # this machine's description, probed once where the campaign never ran here
     for family in families:
         BUSY.clear()
-        framework, workload = framework_of(family), tc.workload_of(family)
+        framework, workload = tc.framework_of(family), tc.workload_of(family)
         labels = tc.configs_for(a.target, family)
         described, cell, grid = cells(df, family, a.target, tc.boot_id(), cores)
         if described.empty:
@@ -193,10 +189,11 @@ def main() -> int:
             described, cell, grid = cells(df, family, a.target, tc.boot_id(), cores,
                                           machine["microarchitecture"])
         # the family held out in both frameworks (a Keras twin is the same workload)
-        model = fit(df[df["workload"] != workload], estimators=a.estimators.split(","))
+        others = df[df["workload"] != workload]
+        model = fit(others, estimators=a.estimators.split(","))
         configs = [config_of(k, cores, framework) for k in labels]
         stock = config_of("stock", cores, framework)
-        predictor = model_predictor(model, df[df["workload"] != workload])
+        predictor = model_predictor(model, others)
         preds = {c: predictor.formula({**rec, **{
             "compiler": c.compiler or "off", "threads": c.threads,
             "allocator": c.allocator.value, "precision": c.precision.value,

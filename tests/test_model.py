@@ -1411,7 +1411,7 @@ def test_the_held_out_benchmark_searches_a_keras_family_in_its_own_grid():
     assert set(grid["framework"]) == {"pytorch"} and len(grid) == 2
     # each configuration of a family's grid is the one its label runs, and back
     for family in ("mlp", "mlp-keras"):
-        framework = bench.framework_of(family)
+        framework = campaign.framework_of(family)
         labels = campaign.configs_for("2c", family)
         configs = [bench.config_of(k, 2, framework) for k in labels]
         assert len(set(configs)) == len(labels)

@@ -295,6 +295,15 @@ class Configuration(Strict):
                 f"alloc={self.allocator.value} prec={self.precision.value}")
 
 
+class StepLosses(Strict):
+    """The losses of a configuration's runs that made ``steps`` optimizer steps (medians)."""
+    steps: int
+    loss: Optional[float] = Field(None, description="the loss they ended with")
+    end_loss: Optional[float] = Field(None, description="their mean loss over their second "
+                                      "half")
+    start_loss: Optional[float] = Field(None, description="their first sampled loss")
+
+
 class Prediction(Strict):
     seconds: float
     low: float
@@ -317,6 +326,10 @@ class Prediction(Strict):
     rounds: Optional[int] = Field(None, description="measured beside stock: the interleaved "
                                   "rounds the two ran side by side (its gain over them must "
                                   "be more than the trials' scatter)")
+    losses: list[StepLosses] = Field(default_factory=list, description="measured: its runs' "
+                                     "losses by the steps they made, each compared with "
+                                     "stock's after as many (where empty: loss, end_loss "
+                                     "and start_loss after steps)")
 
 
 class Candidate(Strict):

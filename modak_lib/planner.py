@@ -22,7 +22,7 @@ from typing import Optional, Protocol, Sequence
 from .catalogue import Catalogue, Match, load_catalogue, select_images, wanted_accelerator
 from .errors import InputError
 from .models import (Allocator, Candidate, Compiler, Configuration, Framework, JobRequest,
-                     Launcher, Precision, Prediction, Runtime, compiler_id)
+                     Launcher, Precision, Prediction, Runtime, StepLosses, compiler_id)
 from .perf.search import (MIN_GAIN, clears_margin, first_round, job_time, scatter_gain,
                           wall_steps)
 from .schedulers import SCHEDULERS, Resources
@@ -256,32 +256,50 @@ def _job_time(p: Prediction, steps: Optional[int]) -> str:
     return f", the job {job_seconds(p, steps):.3g} s with its warm-up {p.warmup_s:.3g} s"
 
 
-def _beside_stock(p: Optional[Prediction], stock: Optional[Prediction]) -> bool:
-    """Whether ``p`` and stock's prediction are both measured, after the same steps: their
-    losses compare (``perf.search.changes_result``)."""
-    return bool(p is not None and p.measured and stock is not None and stock.measured
-                and (p.steps or 0) == (stock.steps or 0))
+def _by_steps(p: Prediction) -> dict[int, StepLosses]:
+    """A measured prediction's losses by the steps its runs made (its pooled figures as
+    one entry where it has none by steps: a predictor that gives only those)."""
+    if p.losses:
+        return {x.steps: x for x in p.losses}
+    n = p.steps or 0
+    return {n: StepLosses(steps=n, loss=p.loss, end_loss=p.end_loss, start_loss=p.start_loss)}
+
+
+def _loss_pairs(p: Optional[Prediction], stock: Optional[Prediction]
+                ) -> list[tuple[StepLosses, StepLosses]]:
+    """``p``'s runs' losses beside stock's after as many steps (a round of a search's
+    trials, a job of the same length), where both are measured: their losses compare
+    (``perf.search.changes_result``); a run never compares with a longer or shorter one."""
+    if p is None or not p.measured or stock is None or not stock.measured:
+        return []
+    mine, ref = _by_steps(p), _by_steps(stock)
+    return [(mine[n], ref[n]) for n in sorted(mine) if n in ref]
+
+
+def _has_loss(x: StepLosses) -> bool:
+    return x.loss is not None or x.end_loss is not None
 
 
 def _reject_changed_results(configs: Sequence[Configuration],
                             predictions: list[Optional[Prediction]],
                             stock: Optional[Configuration]):
-    """Measured candidates whose loss was worse than stock's (same number of steps) beyond
-    LOSS_TOLERANCE lose their prediction: a speed-up that changes the result is none."""
+    """Measured candidates whose loss was worse than stock's after as many steps beyond
+    LOSS_TOLERANCE, at any number of steps both ran, lose their prediction: a speed-up
+    that changes the result is none."""
     from .perf.search import Trial, changes_result
 
     by_config = dict(zip(configs, predictions))
     base = by_config.get(stock) if stock is not None else None
-    if base is None or not base.measured or base.loss is None:
-        return predictions, []
-    ref = Trial(stock, base.steps or 0, base.seconds, final_loss=base.loss,
-                end_loss=base.end_loss, start_loss=base.start_loss)
     out, rejected = [], []
     for cfg, p in zip(configs, predictions):
         why = None
-        if cfg != stock and p is not None and p.loss is not None and _beside_stock(p, base):
-            why = changes_result(Trial(cfg, p.steps or 0, p.seconds, final_loss=p.loss,
-                                       end_loss=p.end_loss), ref, LOSS_TOLERANCE)
+        for mine, ref in (_loss_pairs(p, base) if cfg != stock else ()):
+            why = changes_result(
+                Trial(cfg, mine.steps, p.seconds, final_loss=mine.loss, end_loss=mine.end_loss),
+                Trial(stock, ref.steps, base.seconds, final_loss=ref.loss,
+                      end_loss=ref.end_loss, start_loss=ref.start_loss), LOSS_TOLERANCE)
+            if why:
+                break
         out.append(None if why else p)
         if why:
             rejected.append((cfg, why))
@@ -299,7 +317,11 @@ def _unchecked_precision(predicted: list[tuple[Configuration, Prediction]],
     eagerly to a transformer script trained to a far worse one here.  Trials (autotuning)
     check it."""
     def checked(p: Prediction) -> bool:
-        return _beside_stock(p, stock) and (p.loss is None) == (stock.loss is None)
+        pairs = _loss_pairs(p, stock)
+        # (compared after as many steps: one that changed the result has no prediction
+        # by now; or neither has a loss at all)
+        return any(_has_loss(a) and _has_loss(b) for a, b in pairs) or \
+            (bool(pairs) and p.loss is None and stock.loss is None)
 
     fastest, p = predicted[0]
     if fastest.precision == Precision.fp32 or checked(p):

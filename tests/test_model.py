@@ -384,6 +384,17 @@ def test_a_kept_model_plans_with_the_runs_recorded_since_its_fit(tmp_path, monke
     said = []
     load_predictor(str(path), say=said.append)
     assert not any("newer" in line for line in said)
+    # a card of an earlier MODAK, its measured groups without their losses by steps: the
+    # runs are read afresh (else a precision checked beside stock read as unchecked)
+    side = path.with_suffix(".json")
+    meta = json.loads(side.read_text())
+    for g in meta["light"]["measured"]:
+        del g["losses"]
+    side.write_text(json.dumps(meta))
+    said = []
+    earlier = load_predictor(str(path), say=said.append)
+    assert any("an earlier MODAK's: reading the runs" in line for line in said), said
+    assert [g["losses"] for g in earlier.measured if g["workload"] == "user-x"] == [[]]
 
 
 def test_too_little_data_is_an_error():
@@ -823,6 +834,63 @@ def test_a_later_plan_asks_a_searchs_gain_to_clear_the_trials_scatter_as_the_sea
                for n in one.notes), one.notes
     three = plan_after(3)
     assert three.chosen.allocator == Allocator.jemalloc, three.notes
+
+
+def test_a_precision_the_search_checked_beside_stock_stays_checked_after_its_job():
+    """Seen from an installed MODAK (a user's residual MLP): the search ran stock and bf16
+    side by side after 10 steps, then after 20, their losses alike, and chose bf16; its
+    job ran 4680 steps, stock's job before the search 936 (and a trial of 10 before it).  Pooled, stock's runs had a
+    median of 15 steps and bf16's of 20, and the next plan read bf16 as unchecked ("no
+    run of its bf16 beside stock's shows that it keeps the loss"), chose fp32 and asked
+    for trials again.  Each run's losses compare with stock's after as many steps: bf16
+    stays checked and is chosen; where its loss after 20 steps was twice stock's, it is
+    not offered at all; and runs of it after as many steps as no run of stock's check
+    nothing."""
+    base = synthetic(noise=0.01, workloads=("resnet18",))
+    at = "2026-11-22T00:{:02d}:{:02d}+00:00"  # (10 s apart)
+
+    def plan_with(bf16_end_at_20=0.1654, drop=()):
+        # (round, precision, steps, s/step, end loss); stock's first loss 0.667
+        runs = [(1, "fp32", 10, 0.080, 0.1981), (1, "bf16", 10, 0.045, 0.1976),
+                (2, "fp32", 20, 0.081, 0.1655), (2, "bf16", 20, 0.046, bf16_end_at_20)]
+        rows = [row("mnist-cnn", "off", 2, "glibc", prec, s, rep=n) | {
+            "source": "autotune", "recorded_at": at.format(0, 10 * i), "steps": steps,
+            "end_loss": end, "final_loss": end, "start_loss": 0.667}
+            for i, (n, prec, steps, s, end) in enumerate(runs) if (n, prec) not in drop]
+        jobs = [row("mnist-cnn", "off", 2, "glibc", prec, s) | {
+            "source": "deploy", "repeat": None, "recorded_at": when, "steps": steps,
+            "end_loss": end, "final_loss": end, "start_loss": 0.42}
+            for prec, s, steps, end, when in (
+                ("fp32", 0.083, 936, 0.0052, "2026-11-21T23:50:00+00:00"),
+                ("bf16", 0.049, 4680, 0.0016, "2026-11-22T00:10:00+00:00"))]
+        # (the first deploy's search: stock's one trial, the job too short for more)
+        first = row("mnist-cnn", "off", 2, "glibc", "fp32", 0.072, rep=1) | {
+            "source": "autotune", "recorded_at": "2026-11-21T23:48:00+00:00", "steps": 10,
+            "end_loss": 0.1985, "final_loss": 0.1985, "start_loss": 0.667}
+        df = pd.concat([base, pd.DataFrame([first] + rows + jobs)], ignore_index=True)
+        req = mnist_request()
+        req = req.model_copy(update={"optimisation": req.optimisation.model_copy(
+            update={"compilers": []})})
+        return make_plan(req, predictor=predictor_for(df), run_id="t").plan
+
+    def bf16(plan):
+        return next(c for c in plan.candidates if c.configuration.threads == 2
+                    and c.configuration.allocator == Allocator.glibc
+                    and c.configuration.precision == Precision.bf16)
+
+    plan = plan_with()
+    assert plan.chosen == bf16(plan).configuration, plan.notes
+    losses = {x.steps: x.end_loss for x in bf16(plan).prediction.losses}
+    assert losses == {10: 0.1976, 20: 0.1654, 4680: 0.0016}
+    # its loss after 20 steps twice stock's: it changes the result, whatever it did at 10
+    plan = plan_with(bf16_end_at_20=0.331)
+    assert plan.chosen.precision == Precision.fp32
+    assert any(n.startswith("not offered:") and "prec=bf16" in n and "of 20 steps" in n
+               and "changes the result" in n for n in plan.notes), plan.notes
+    # bf16 after 20 steps and stock after 10: nothing compares
+    plan = plan_with(drop={(1, "bf16"), (2, "fp32")})
+    assert plan.chosen.precision == Precision.fp32, plan.chosen.label()
+    assert "no run of its bf16 beside stock's" in bf16(plan).reason
 
 
 def compiled_only_elsewhere():

@@ -955,6 +955,31 @@ def measured_groups(df) -> list[dict[str, Any]]:
                           ("steps", "steps")):
             v = g[col].astype(float).median() if col in g else float("nan")
             rec[name] = None if v != v else (int(v) if name == "steps" else float(v))
+        rec["losses"] = losses_by_steps(g)
+        out.append(rec)
+    return out
+
+
+LOSS_NAMES = (("final_loss", "loss"), ("end_loss", "end_loss"), ("start_loss", "start_loss"))
+
+
+def losses_by_steps(g) -> list[dict[str, Any]]:
+    """Per number of steps its runs made (a job's, each round of a search's trials), the
+    medians of their losses (None where none of them had one): a run compares with stock's
+    after as many steps (``planner._loss_pairs``), never with a longer one.  A search's
+    trials and the job it chose, pooled, had a median loss and number of steps no stock run
+    had, and the bf16 the search had checked beside stock in two rounds read as unchecked
+    in the next plan."""
+    if "steps" not in g:
+        return []
+    steps = g["steps"].astype(float)
+    ran = g[steps.notna() & (steps > 0)]
+    out = []
+    for n, runs in ran.groupby(ran["steps"].astype(float).round().astype(int)):
+        rec: dict[str, Any] = {"steps": int(n)}
+        for col, name in LOSS_NAMES:
+            v = runs[col].astype(float).median() if col in runs else float("nan")
+            rec[name] = None if v != v else float(v)
         out.append(rec)
     return out
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import ModakError
-from ..models import Configuration, JobRequest, Prediction, Runtime
+from ..models import Configuration, JobRequest, Prediction, Runtime, StepLosses
 from ..workload import key as workload_key, label as workload_label
 from . import features as F
 from .probe import target_figures
@@ -354,6 +354,7 @@ class FastPredictor:
                                       loss=m.get("loss"), end_loss=m.get("end_loss"),
                                       start_loss=m.get("start_loss"),
                                       steps=m.get("steps"),
+                                      losses=[StepLosses(**x) for x in m.get("losses") or ()],
                                       rounds=m["rounds"] if stock is not None else None))
             elif lacking:
                 out.append(None)
@@ -507,9 +508,13 @@ def load_predictor(choice: str = "auto", say: Optional[Callable[[str], None]] = 
             latest = store.latest()
         except StoreError:
             latest = None
-        if not latest or latest < str(fast.meta.get("fitted_at") or ""):
+        # (a card's groups without their losses by steps are an earlier MODAK's: read
+        # afresh, a checked precision would read as unchecked)
+        current = all("losses" in m for m in fast.measured)
+        if current and (not latest or latest < str(fast.meta.get("fitted_at") or "")):
             return fast
-        say("the store has runs newer than the model: reading them")
+        say("the store has runs newer than the model: reading them" if current else
+            "the model's measured groups are an earlier MODAK's: reading the runs")
         return fast.with_runs(load_frame(store))
     from .fit import load, model_predictor  # a non-linear estimator
     return model_predictor(load(path, say=say), load_frame(ResultsStore()))

@@ -941,6 +941,8 @@ def measured_groups(df) -> list[dict[str, Any]]:
     d["_place"] = row_labels(d, keys[:-len(CONFIG_KEYS)])
     d["_stock"] = stock_mask(d)
     d["_ratio"] = ratios_to_stock(d["_y"], d["_round"], d["_place"], d["_stock"])
+    d["_group"] = d.groupby(keys, dropna=False).ngroup()
+    losses = losses_by_steps(d, d["_group"])
     out = []
     for key, g in d.groupby(keys, dropna=False):
         rec = {k: _plain(v) for k, v in zip(keys, key)}
@@ -955,7 +957,7 @@ def measured_groups(df) -> list[dict[str, Any]]:
                           ("steps", "steps")):
             v = g[col].astype(float).median() if col in g else float("nan")
             rec[name] = None if v != v else (int(v) if name == "steps" else float(v))
-        rec["losses"] = losses_by_steps(g)
+        rec["losses"] = losses.get(int(g["_group"].iloc[0]), [])
         out.append(rec)
     return out
 
@@ -963,24 +965,30 @@ def measured_groups(df) -> list[dict[str, Any]]:
 LOSS_NAMES = (("final_loss", "loss"), ("end_loss", "end_loss"), ("start_loss", "start_loss"))
 
 
-def losses_by_steps(g) -> list[dict[str, Any]]:
-    """Per number of steps its runs made (a job's, each round of a search's trials), the
-    medians of their losses (None where none of them had one): a run compares with stock's
-    after as many steps (``planner._loss_pairs``), never with a longer one.  A search's
-    trials and the job it chose, pooled, had a median loss and number of steps no stock run
-    had, and the bf16 the search had checked beside stock in two rounds read as unchecked
-    in the next plan."""
-    if "steps" not in g:
-        return []
-    steps = g["steps"].astype(float)
-    ran = g[steps.notna() & (steps > 0)]
-    out = []
-    for n, runs in ran.groupby(ran["steps"].astype(float).round().astype(int)):
-        rec: dict[str, Any] = {"steps": int(n)}
-        for col, name in LOSS_NAMES:
-            v = runs[col].astype(float).median() if col in runs else float("nan")
-            rec[name] = None if v != v else float(v)
-        out.append(rec)
+def losses_by_steps(d, group) -> dict[int, list[dict[str, Any]]]:
+    """Per group (``group``: a number per row), per number of steps its runs made (a job's,
+    each round of a search's trials), the medians of their losses (None where none of them
+    had one), fewest steps first: a run compares with stock's after as many steps
+    (``planner._loss_pairs``), never with a longer one.  A search's trials and the job it
+    chose, pooled, had a median loss and number of steps no stock run had, and the bf16 the
+    search had checked beside stock in two rounds read as unchecked in the next plan."""
+    import numpy as np
+    import pandas as pd
+
+    if "steps" not in d:
+        return {}
+    steps = pd.to_numeric(d["steps"], errors="coerce")
+    ran = (steps > 0).to_numpy()
+    frame = pd.DataFrame({"_group": np.asarray(group)[ran],
+                          "_steps": steps[ran].round().astype(int).to_numpy()})
+    for col, name in LOSS_NAMES:
+        frame[name] = (pd.to_numeric(d[col], errors="coerce").to_numpy()[ran] if col in d
+                       else np.nan)
+    out: dict[int, list[dict[str, Any]]] = {}
+    for row in frame.groupby(["_group", "_steps"]).median().itertuples():
+        (g, n), values = row[0], row[1:]
+        out.setdefault(int(g), []).append({"steps": int(n), **{
+            name: None if v != v else float(v) for (_, name), v in zip(LOSS_NAMES, values)}})
     return out
 
 

@@ -909,6 +909,9 @@ def ratios_to_stock(y, rounds, places, stock):
     return ratio
 
 
+# a run's loss columns and the names a measured group gives their medians
+LOSS_NAMES = (("final_loss", "loss"), ("end_loss", "end_loss"), ("start_loss", "start_loss"))
+
 MEASURED_KEYS = ["fingerprint", "workload", "microarchitecture", "cores", "accelerator",
                  "framework", "image", "batch_size"] + CONFIG_KEYS
 
@@ -941,10 +944,11 @@ def measured_groups(df) -> list[dict[str, Any]]:
     d["_place"] = row_labels(d, keys[:-len(CONFIG_KEYS)])
     d["_stock"] = stock_mask(d)
     d["_ratio"] = ratios_to_stock(d["_y"], d["_round"], d["_place"], d["_stock"])
-    d["_group"] = d.groupby(keys, dropna=False).ngroup()
-    losses = losses_by_steps(d, d["_group"])
+    grouped = d.groupby(keys, dropna=False)
+    # (ngroup numbers the groups in the order the loop below sees them)
+    losses = losses_by_steps(d, grouped.ngroup())
     out = []
-    for key, g in d.groupby(keys, dropna=False):
+    for number, (key, g) in enumerate(grouped):
         rec = {k: _plain(v) for k, v in zip(keys, key)}
         s = np.exp(g["_y"])
         rec.update(median=float(s.median()), min=float(s.min()), max=float(s.max()), n=len(s))
@@ -952,17 +956,12 @@ def measured_groups(df) -> list[dict[str, Any]]:
             diffs = g.dropna(subset="_ratio").groupby("_round")["_ratio"].median()
             if len(diffs):
                 rec.update(vs_stock=float(np.median(diffs)), rounds=len(diffs))
-        for col, name in (("compile_s", "warmup_s"), ("final_loss", "loss"),
-                          ("end_loss", "end_loss"), ("start_loss", "start_loss"),
-                          ("steps", "steps")):
+        for col, name in (("compile_s", "warmup_s"), *LOSS_NAMES, ("steps", "steps")):
             v = g[col].astype(float).median() if col in g else float("nan")
             rec[name] = None if v != v else (int(v) if name == "steps" else float(v))
-        rec["losses"] = losses.get(int(g["_group"].iloc[0]), [])
+        rec["losses"] = losses.get(number, [])
         out.append(rec)
     return out
-
-
-LOSS_NAMES = (("final_loss", "loss"), ("end_loss", "end_loss"), ("start_loss", "start_loss"))
 
 
 def losses_by_steps(d, group) -> dict[int, list[dict[str, Any]]]:

@@ -93,7 +93,7 @@ def trial(family: str, target: str, c: Configuration, steps: int, cores: int,
                  m.get("final_loss"), failed,
                  capped=time_capped(failed, rec.get("error")),
                  startup_s=float(m.get("startup_s") or 0.0), end_loss=m.get("end_loss"),
-                 start_loss=m.get("start_loss"),
+                 start_loss=m.get("start_loss"), losses=m.get("losses") or (),
                  # (the trial's cost is the runtime's clock here: nothing outside it)
                  runtime_s=float(m.get("wall_s") or 0.0))
 

@@ -885,6 +885,94 @@ def test_a_loss_that_training_took_near_zero_is_compared_by_how_far_it_fell():
         assert why and "of stock's" in why
 
 
+def _descending(steps, start=4.0, by=0.1):
+    """The losses a trial samples, ``[step, loss]``, on a script every configuration
+    trains alike (the trials are seeded alike: the same weights and batches)."""
+    return [[n, start - by * n] for n in range(1, steps + 1)]
+
+
+def test_a_trial_that_ran_fewer_steps_is_compared_with_stock_after_as_many():
+    """A time cap stopped bf16's trial after 6 of the round's 10 steps, once it had
+    measured its step time: its losses are compared with stock's after 6 steps, read from
+    the losses stock's trial sampled, not with stock's after 10, which training had taken
+    further down (it was rejected as changing the result, by 9% of stock's loss)."""
+    full = _descending(10)
+    stock = Trial(STOCK, 10, 0.05, final_loss=3.0, end_loss=3.2, start_loss=3.9,
+                  losses=full)
+    mine = Trial(BF16, 6, 0.035, final_loss=3.4, end_loss=3.5, start_loss=3.9,
+                 losses=full[:6])
+    assert search_module.losses_after(stock, 6).end_loss == pytest.approx(3.5)
+    assert search_module.losses_after(stock, 6).final_loss == pytest.approx(3.4)
+    assert changes_result(mine, stock, 0.05) is None
+    # worse than stock's after as many steps: rejected, and the reason says after how many
+    why = changes_result(replace(mine, end_loss=3.8), stock, 0.05)
+    assert why and "second half of 6 steps is 3.8, stock's 3.5" in why
+    # stock's losses not sampled (an older runtime's record): compared as they ended, and
+    # the reason names both lengths
+    why = changes_result(mine, replace(stock, losses=()), 0.05)
+    assert why and "second half of 6 steps is 3.5, stock's after 10 steps 3.2" in why
+    # a trial shorter than asked for reads nothing, nor one without a loss in that half
+    assert search_module.losses_after(mine, 10) is None
+    assert search_module.losses_after(replace(stock, losses=full[:2]), 6) is None
+
+
+def test_a_candidate_its_cap_stopped_after_fewer_steps_keeps_the_result_it_keeps():
+    """In the search: bf16 is 30% faster than stock and trains alike, but its first trial
+    (a cold start's longer warm-up) was stopped by its cap after 6 of 10 steps.  Compared
+    with stock's 10 steps it read as changing the result and was rejected; after as many
+    steps it keeps it, goes on and is chosen.  One that trains worse is still rejected."""
+    seen: dict = {}
+
+    def run(config, steps, cap=None, worse=0.0):
+        n = seen[config] = seen.get(config, -1) + 1
+        done = 6 if config == BF16 and n == 0 else steps
+        losses = _descending(done, start=4.0 + (worse if config == BF16 else 0.0))
+        s = {STOCK: 0.050, BF16: 0.035}[config]
+        from modak_runtime.record import end_loss, start_loss
+        return Trial(config, done, s, 0.0, 3.0 + s * done, losses[-1][1],
+                     end_loss=end_loss(losses, done), start_loss=start_loss(losses),
+                     losses=losses)
+
+    out = search([BF16], STOCK, run, job_steps=5000, budget_s=600)
+    assert out.chosen == BF16, out.verdicts
+    assert [t.steps for t in out.trials if t.configuration == BF16][:2] == [6, 20]
+    seen.clear()
+    out = search([BF16], STOCK, lambda c, st, cap=None: run(c, st, cap, worse=0.5),
+                 job_steps=5000, budget_s=600)
+    assert out.chosen == STOCK
+    assert "second half of 6 steps" in out.verdicts[BF16.label()]
+    assert "changes the result" in out.verdicts[BF16.label()]
+
+
+def test_a_trials_sampled_losses_reach_the_search_through_the_job_path():
+    """modak_record's ``measured`` carries the losses the runtime sampled, and the
+    search's trial of it has them (what a shorter trial's steps are read from)."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_record import measured
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    from modak_runtime.record import loss_figures
+    losses = _descending(10)
+    rec = {"status": "capped", "configuration": STOCK.model_dump(mode="json"),
+           "metrics": {"steps": 10, "s_per_step": 0.05, "final_loss": 3.0, "losses": losses,
+                       "startup_s": 2.0, "wall_s": 3.0}}
+    m = measured(rec, loss_figures)
+    assert m["losses"] == losses and m["end_loss"] == pytest.approx(3.2)
+    trial = ActionModule._trial({**rec, "measured": m, "elapsed_s": 4.0}, Trial,
+                                Configuration, STOCK)
+    assert trial.losses == losses
+    assert search_module.losses_after(trial, 6).end_loss == pytest.approx(3.5)
+    # through the search's state between the deploy's calls too
+    h = Halving([BF16], STOCK, job_steps=5000, budget_s=600)
+    h.next_round()
+    h.record([trial, replace(trial, configuration=BF16)])
+    again = Halving.from_state(json.loads(json.dumps(h.state())))
+    assert [t.losses for t in again.out.trials] == [losses, losses]
+
+
 def test_one_real_short_search_through_the_runtime():
     """Trials of a real script (the MLP family) run through the runtime here."""
     pytest.importorskip("torch")
@@ -906,9 +994,9 @@ def test_one_real_short_search_through_the_runtime():
         assert m["end_loss"] == pytest.approx(statistics.mean(
             v for s, v in m["losses"] if s > m["steps"] / 2))
         assert m["start_loss"] == start_loss(m["losses"]) == m["losses"][0][1]
-        return Trial(config, steps, m["s_per_step"], m.get("warmup_s") or 0.0,
+        return Trial(config, m["steps"], m["s_per_step"], m.get("warmup_s") or 0.0,
                      m.get("wall_s") or 0.0, m.get("final_loss"), end_loss=m["end_loss"],
-                     start_loss=m["start_loss"])
+                     start_loss=m["start_loss"], losses=m["losses"])
 
     out = search([BF16, ONE], STOCK, run, job_steps=2000, budget_s=60, first_steps=6)
     stock = [t for t in out.trials if t.configuration == STOCK]

@@ -221,6 +221,10 @@ class Trial:
     # blames no knob, and it is not the time cap (a job of the same configuration fails
     # the same way)
     script_error: bool = False
+    # the losses the runtime sampled, ``[step, loss]`` pairs (``modak_runtime.record``'s
+    # ``losses``), empty where not recorded: what a trial's figures after fewer steps than
+    # its own are read from (:func:`losses_after`), when a trial of the same round ran fewer
+    losses: Sequence[Sequence[float]] = ()
 
 
 def script_error(failed: Optional[str], error: Optional[dict]) -> bool:
@@ -396,12 +400,39 @@ def _job(job_steps: Optional[int]) -> str:
 TRIAL_SEED = 0
 
 
+def losses_after(trial: Trial, steps: int) -> Optional[Trial]:
+    """``trial`` as it stood after its first ``steps`` steps, from the losses it sampled
+    (:attr:`Trial.losses`): its last loss sampled by then (``final_loss``, from the second
+    half of those steps) and the mean over their second half (``end_loss``, as
+    ``modak_runtime.record.end_loss`` takes it over a whole run); None where it sampled no
+    loss in that half, or ran fewer steps.  Every trial starts from the same weights and
+    batches (:data:`TRIAL_SEED`), so two trials' losses compare step for step."""
+    if steps <= 0 or trial.steps < steps:
+        return None
+    if trial.steps == steps:
+        return trial
+    try:
+        tail = sorted((int(s), float(v)) for s, v in trial.losses
+                      if steps < 2 * int(s) <= 2 * steps)
+    except (TypeError, ValueError):
+        return None
+    if not tail:
+        return None
+    return replace(trial, steps=steps, final_loss=tail[-1][1],
+                   end_loss=sum(v for _, v in tail) / len(tail))
+
+
 def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str]:
     """Why a candidate's trial is rejected as changing the result (None: it is not): its
     loss is not finite, or worse than stock's by more than ``tolerance`` of stock's loss
     or, where that is larger, of how far stock's trial lowered its loss from its first
     sampled one (``start_loss``).  The losses compared are the means over the trials'
-    second halves (``end_loss``) where both have one, else the last ones (``final_loss``).
+    second halves (``end_loss``) where both have one, else the last ones (``final_loss``),
+    after as many steps: where one trial ran fewer (a time cap stopped it after it had
+    measured its step time, or the candidate's trial is an earlier round's), the other's
+    figures are read from its sampled losses at that many steps (:func:`losses_after`).
+    Where they cannot be (a trial that sampled none), the two are compared as they ended,
+    and the reason names both lengths.
 
     Relative to stock's loss alone, the check was strict near 0: a ResNet-18 script that
     memorises its batches (the campaign's runs of it start near 4.6) ended a trial at
@@ -413,6 +444,12 @@ def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str
     for v in (trial.final_loss, trial.end_loss):
         if v is not None and not math.isfinite(v):
             return f"its loss is {v}"
+    if trial.steps != stock.steps:  # (after as many steps, where the losses tell)
+        n = min(trial.steps, stock.steps)
+        mine_n, stock_n = losses_after(trial, n), losses_after(stock, n)
+        if mine_n is not None and stock_n is not None:
+            trial, stock = mine_n, stock_n
+    of_stock = "stock's" if trial.steps == stock.steps else f"stock's after {stock.steps} steps"
     if trial.end_loss is not None and stock.end_loss is not None:
         mine, ref = trial.end_loss, stock.end_loss
         what = f"its mean loss over the second half of {trial.steps} steps"
@@ -430,7 +467,7 @@ def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str
     else:
         scale, of = max(abs(ref), 1e-8), "of stock's"
     if worse > tolerance * scale:
-        return (f"{what} is {mine:.4g}, stock's {ref:.4g}: worse by {worse / scale:.0%} "
+        return (f"{what} is {mine:.4g}, {of_stock} {ref:.4g}: worse by {worse / scale:.0%} "
                 f"{of} (tolerance {tolerance:.0%}): it changes the result")
     return None
 

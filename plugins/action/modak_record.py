@@ -121,4 +121,7 @@ def measured(record, loss_figures):
             "final_loss": m.get("final_loss"),
             # (an image's runtime before them: from its losses)
             **loss_figures(m),
-            "startup_s": m.get("startup_s"), "runtime_s": m.get("wall_s")}
+            "startup_s": m.get("startup_s"), "runtime_s": m.get("wall_s"),
+            # (the sampled [step, loss] pairs: a longer trial's losses after a shorter one's
+            # steps, which the search compares them at)
+            "losses": m.get("losses") or []}

@@ -195,7 +195,8 @@ class ActionModule(ActionBase):
                      startup_s=float(m.get("startup_s") or 0.0),
                      runtime_s=float(m.get("runtime_s") or 0.0), end_loss=m.get("end_loss"),
                      start_loss=m.get("start_loss"), refused=refused,
-                     script_error=script_error(failed, rec.get("error")))
+                     script_error=script_error(failed, rec.get("error")),
+                     losses=m.get("losses") or ())
 
 
 def _s(trial, halving, job_seconds):

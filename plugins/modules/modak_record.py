@@ -89,7 +89,9 @@ measured:
       steps, which the search compares with stock's; start_loss, the first loss sampled
       (how far stock's trial lowered its loss sets the scale of that comparison);
       startup_s, the runtime's clock until training began; and runtime_s, the runtime's
-      clock until the run ended, the record's wall_s). Null when it measured no step
+      clock until the run ended, the record's wall_s; losses, the [step, loss] pairs the
+      runtime sampled, from which the search reads a longer trial's losses after a shorter
+      one's steps). Null when it measured no step
       time, except for a trial stopped at its time cap before it measured one (status
       capped, not stored), whose s_per_step is null and whose steps, startup_s and
       runtime_s say how far it got (the search judges by them whether another trial of the

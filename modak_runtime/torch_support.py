@@ -287,18 +287,26 @@ class _Torch:
     def _wrap_forward(self, module, convert, autocast) -> None:
         torch = self.torch
         bound = module.forward
-        # (the module's own forward, held weakly: the wrapper lives in the module's
-        # __dict__, and a bound method there would keep it alive to the interpreter's end)
-        inner = (weakref.WeakMethod(bound) if inspect.ismethod(bound) and bound.__self__ is module
-                 else (lambda: bound))
+        # (the module's own forward, its module held weakly: the wrapper lives in the
+        # module's __dict__, and a bound method there would keep it alive to the
+        # interpreter's end.  Its function and a weak reference, not a WeakMethod, whose
+        # call Dynamo does not trace (``super().__call__()``): it broke the graph of every
+        # model compiled with bf16 at this wrapper, its forward a graph of its own)
+        if inspect.ismethod(bound) and bound.__self__ is module:
+            func, ref = bound.__func__, weakref.ref(module)
+
+            def inner(*args, **kwargs):
+                return func(ref(), *args, **kwargs)
+        else:
+            inner = bound
 
         def forward(*args, **kwargs):
             if convert is not None:
                 args = convert(args)
             if autocast is None or self.own_autocast:  # (the script's own autocast stands)
-                return inner()(*args, **kwargs)
+                return inner(*args, **kwargs)
             with torch.autocast(autocast[0], dtype=autocast[1]):
-                out = inner()(*args, **kwargs)
+                out = inner(*args, **kwargs)
             return _to_float32(out, torch)
 
         module.forward = forward

@@ -353,6 +353,16 @@ def test_what_the_compiler_left_eager_is_said_in_dynamos_words():
     rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_TORCH_COMPILE": "default"})
     assert rc == 0, err  # nothing left eager: nothing said
     assert rec["effect"]["compiled"] is True and "compile_skipped" not in rec["effect"]
+    graphs = rec["effect"]["compiled_graphs"]
+    # nor with bf16: MODAK's autocast wrapper around the forward is traced with it (a
+    # user's MLP-Mixer said "Dynamo ran a part eagerly": the wrapper called the module's
+    # forward through a WeakMethod, which Dynamo does not trace)
+    rc, _, rec, err = run(SCRIPTS / "mlp.py", "4", env={"MODAK_TORCH_COMPILE": "default",
+                                                         "MODAK_PRECISION": "bf16"})
+    assert rc == 0, err
+    assert rec["effect"]["compiled"] is True and "compile_skipped" not in rec["effect"], \
+        rec["effect"]
+    assert rec["effect"]["compiled_graphs"] == graphs
 
 
 SELF_COMPILED = """

@@ -893,6 +893,47 @@ def test_a_precision_the_search_checked_beside_stock_stays_checked_after_its_job
     assert "no run of its bf16 beside stock's" in bf16(plan).reason
 
 
+def test_a_trial_its_cap_stopped_after_fewer_steps_stays_checked_in_the_next_plan():
+    """The search compares a candidate its time cap stopped after 6 of its round's 10 steps
+    with stock's losses after 6, read from those stock's trial sampled; the next plan finds
+    that pair too (stock's trial after 6 of its steps, from its record's losses), so a
+    bf16 the search checked and chose stays checked, where before no run of stock's had 6
+    steps and bf16 read as unchecked.  One that trained worse after 6 steps is not offered;
+    a job's run (not seeded) answers only for its own steps."""
+    base = synthetic(noise=0.01, workloads=("resnet18",))
+    sampled = [[n, 0.667 - 0.04 * n] for n in range(1, 11)]  # stock's trial, 10 steps
+
+    def plan_with(bf16_shift=0.0, source="autotune"):
+        def raw(losses):
+            return json.dumps({"host": {"cpu_features": ["avx512_bf16"]},
+                               "metrics": {"losses": losses}})
+        stock = row("mnist-cnn", "off", 2, "glibc", "fp32", 0.080, rep=1) | {
+            "source": source, "recorded_at": "2026-11-22T00:00:00+00:00", "steps": 10,
+            "end_loss": 0.387, "final_loss": 0.267, "start_loss": 0.627,
+            "raw": raw(sampled)}
+        mine = [[n, v + bf16_shift] for n, v in sampled[:6]]
+        bf16 = row("mnist-cnn", "off", 2, "glibc", "bf16", 0.045, rep=1) | {
+            "source": "autotune", "recorded_at": "2026-11-22T00:00:10+00:00", "steps": 6,
+            "end_loss": sum(v for n, v in mine if n > 3) / 3, "final_loss": mine[-1][1],
+            "start_loss": mine[0][1], "raw": raw(mine)}
+        df = pd.concat([base, pd.DataFrame([stock, bf16])], ignore_index=True)
+        req = mnist_request()
+        req = req.model_copy(update={"optimisation": req.optimisation.model_copy(
+            update={"compilers": []})})
+        return make_plan(req, predictor=predictor_for(df), run_id="t").plan
+
+    plan = plan_with()
+    assert plan.chosen.precision == Precision.bf16, (plan.chosen.label(), plan.notes)
+    # worse than stock's after as many steps: not offered
+    plan = plan_with(bf16_shift=0.2)
+    assert plan.chosen.precision == Precision.fp32
+    assert any(n.startswith("not offered:") and "prec=bf16" in n and "of 6 steps" in n
+               and "changes the result" in n for n in plan.notes), plan.notes
+    # stock's 10 steps a job's (not seeded alike): nothing compares after 6
+    plan = plan_with(source="deploy")
+    assert plan.chosen.precision == Precision.fp32
+
+
 def compiled_only_elsewhere():
     """MNIST-CNN never compiled; ResNet-18 compiled: 2x faster per step after 60 s."""
     df = synthetic(noise=0.01, skip={("mnist-cnn", "torch.compile:default", t, a, p)

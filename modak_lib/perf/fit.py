@@ -983,11 +983,58 @@ def losses_by_steps(d, group) -> dict[int, list[dict[str, Any]]]:
     for col, name in LOSS_NAMES:
         frame[name] = (pd.to_numeric(d[col], errors="coerce").to_numpy()[ran] if col in d
                        else np.nan)
+    shorter = trial_losses_at_shorter_steps(d[ran], frame["_group"].to_numpy(),
+                                            frame["_steps"].to_numpy())
+    if shorter:
+        frame = pd.concat([frame, pd.DataFrame(shorter, columns=frame.columns)],
+                          ignore_index=True)
     out: dict[int, list[dict[str, Any]]] = {}
     for row in frame.groupby(["_group", "_steps"]).median().itertuples():
         (g, n), values = row[0], row[1:]
         out.setdefault(int(g), []).append({"steps": int(n), **{
             name: None if v != v else float(v) for (_, name), v in zip(LOSS_NAMES, values)}})
+    return out
+
+
+def trial_losses_at_shorter_steps(d, groups, steps) -> list[tuple]:
+    """A search's trials (``source`` autotune: seeded alike, so their losses compare step
+    for step) as they stood after each fewer number of steps another trial of the same
+    workload ran: ``(group, steps, loss, end_loss, start_loss)`` rows for
+    :func:`losses_by_steps`, read from the losses each sampled (its record's
+    ``metrics.losses``, as :func:`.search.losses_after` reads them).  A candidate whose
+    time cap stopped it after 6 steps, beside stock's trial of 10, is then compared with
+    stock's after 6, as the search compared them; without them the next plan found no run
+    of stock's of 6 steps and read the candidate as unchecked.  A job (not seeded) answers
+    only for its own steps."""
+    import math
+
+    import numpy as np
+    from modak_runtime.record import end_loss
+
+    if "source" not in d or "raw" not in d:
+        return []
+    trial = (d["source"].astype(str) == "autotune").to_numpy()
+    if trial.sum() < 2:
+        return []
+    work = (d["workload_key"] if "workload_key" in d else d["workload"]).astype(str).to_numpy()
+    counts: dict[str, set[int]] = {}
+    for w, n in zip(work[trial], steps[trial]):
+        counts.setdefault(w, set()).add(int(n))
+    out = []
+    for i in np.flatnonzero(trial):
+        fewer = sorted(k for k in counts[work[i]] if k < steps[i])
+        if not fewer:
+            continue
+        try:
+            m = json.loads(d["raw"].iloc[i]).get("metrics") or {}
+            sampled = sorted((int(s), float(v)) for s, v in m.get("losses") or ())
+        except (TypeError, ValueError, AttributeError):
+            continue
+        first = sampled[0][1] if sampled and math.isfinite(sampled[0][1]) else float("nan")
+        for k in fewer:
+            tail = [(s, v) for s, v in sampled if k < 2 * s <= 2 * k]
+            if tail:
+                out.append((groups[i], k, tail[-1][1], end_loss(tail, k), first))
     return out
 
 

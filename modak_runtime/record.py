@@ -196,6 +196,21 @@ def end_loss(losses: Any, steps: Any) -> Optional[float]:
     return sum(tail) / len(tail)
 
 
+def losses_after(losses: Any, steps: int) -> Optional[tuple[float, float]]:
+    """A run's last loss sampled in the second half of its first ``steps`` steps and the
+    mean over that half (``final_loss``, ``end_loss`` as they stood then), from its sampled
+    ``[step, loss]`` pairs: what a longer run is compared by with a shorter one (the search's
+    trials).  None where no loss was sampled in that half."""
+    try:
+        tail = sorted((int(s), float(v)) for s, v in losses or ()
+                      if steps < 2 * int(s) <= 2 * steps)
+    except (TypeError, ValueError):
+        return None
+    if not tail:
+        return None
+    return tail[-1][1], sum(v for _, v in tail) / len(tail)
+
+
 def start_loss(losses: Any) -> Optional[float]:
     """The loss of the first step sampled (``[step, loss]`` pairs): where a run's training
     started from.  With :func:`end_loss`, how far the run lowered its loss: a trial whose

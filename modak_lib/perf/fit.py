@@ -1006,10 +1006,8 @@ def trial_losses_at_shorter_steps(d, groups, steps) -> list[tuple]:
     stock's after 6, as the search compared them; without them the next plan found no run
     of stock's of 6 steps and read the candidate as unchecked.  A job (not seeded) answers
     only for its own steps."""
-    import math
-
     import numpy as np
-    from modak_runtime.record import end_loss
+    from modak_runtime.record import losses_after, start_loss
 
     if "source" not in d or "raw" not in d:
         return []
@@ -1026,15 +1024,14 @@ def trial_losses_at_shorter_steps(d, groups, steps) -> list[tuple]:
         if not fewer:
             continue
         try:
-            m = json.loads(d["raw"].iloc[i]).get("metrics") or {}
-            sampled = sorted((int(s), float(v)) for s, v in m.get("losses") or ())
+            sampled = (json.loads(d["raw"].iloc[i]).get("metrics") or {}).get("losses")
         except (TypeError, ValueError, AttributeError):
             continue
-        first = sampled[0][1] if sampled and math.isfinite(sampled[0][1]) else float("nan")
+        first = start_loss(sampled)
         for k in fewer:
-            tail = [(s, v) for s, v in sampled if k < 2 * s <= 2 * k]
-            if tail:
-                out.append((groups[i], k, tail[-1][1], end_loss(tail, k), first))
+            then = losses_after(sampled, k)
+            if then is not None:
+                out.append((groups[i], k, *then, float("nan") if first is None else first))
     return out
 
 

@@ -407,19 +407,16 @@ def losses_after(trial: Trial, steps: int) -> Optional[Trial]:
     ``modak_runtime.record.end_loss`` takes it over a whole run); None where it sampled no
     loss in that half, or ran fewer steps.  Every trial starts from the same weights and
     batches (:data:`TRIAL_SEED`), so two trials' losses compare step for step."""
+    from modak_runtime.record import losses_after as figures
+
     if steps <= 0 or trial.steps < steps:
         return None
     if trial.steps == steps:
         return trial
-    try:
-        tail = sorted((int(s), float(v)) for s, v in trial.losses
-                      if steps < 2 * int(s) <= 2 * steps)
-    except (TypeError, ValueError):
+    then = figures(trial.losses, steps)
+    if then is None:
         return None
-    if not tail:
-        return None
-    return replace(trial, steps=steps, final_loss=tail[-1][1],
-                   end_loss=sum(v for _, v in tail) / len(tail))
+    return replace(trial, steps=steps, final_loss=then[0], end_loss=then[1])
 
 
 def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str]:

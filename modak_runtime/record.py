@@ -208,7 +208,7 @@ def losses_after(losses: Any, steps: int) -> Optional[tuple[float, float]]:
         return None
     if not tail:
         return None
-    return tail[-1][1], sum(v for _, v in tail) / len(tail)
+    return tail[-1][1], sum(loss for _step, loss in tail) / len(tail)
 
 
 def start_loss(losses: Any) -> Optional[float]:

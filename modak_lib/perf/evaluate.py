@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .features import TARGET_FIGURES
-from .fit import (CONFIG_KEYS, ESTIMATORS, LOCO_FOLDS, TARGET_KEYS, ModelError,
+from .fit import (CONFIG_KEYS, ESTIMATORS, LOCO_FOLDS, LOSS_NAMES, TARGET_KEYS, ModelError,
                   config_groups, groups_of, held_out_predictions, machine_effects,
                   machine_labels, mape, ratios_to_stock, recorded_times, round_labels,
                   row_labels, stock_mask, target_id, training_frame, usable)
@@ -350,8 +350,8 @@ class _Candidate:
         return self.name
 
 
-# a run's losses, as :class:`.search.Trial` names them
-LOSSES = ("final_loss", "end_loss", "start_loss")
+# a run's loss columns, which :class:`.search.Trial` names alike
+LOSSES = tuple(col for col, _name in LOSS_NAMES)
 
 
 def trial_runs(df) -> dict[str, list[tuple[float, dict[str, Any]]]]:

@@ -984,7 +984,8 @@ def losses_by_steps(d, group) -> dict[int, list[dict[str, Any]]]:
         frame[name] = (pd.to_numeric(d[col], errors="coerce").to_numpy()[ran] if col in d
                        else np.nan)
     shorter = trial_losses_at_shorter_steps(d[ran], frame["_group"].to_numpy(),
-                                            frame["_steps"].to_numpy())
+                                            frame["_steps"].to_numpy(),
+                                            frame["start_loss"].to_numpy())
     if shorter:
         frame = pd.concat([frame, pd.DataFrame(shorter, columns=frame.columns)],
                           ignore_index=True)
@@ -996,18 +997,19 @@ def losses_by_steps(d, group) -> dict[int, list[dict[str, Any]]]:
     return out
 
 
-def trial_losses_at_shorter_steps(d, groups, steps) -> list[tuple]:
+def trial_losses_at_shorter_steps(d, groups, steps, starts) -> list[tuple]:
     """A search's trials (``source`` autotune: seeded alike, so their losses compare step
     for step) as they stood after each fewer number of steps another trial of the same
     workload ran: ``(group, steps, loss, end_loss, start_loss)`` rows for
     :func:`losses_by_steps`, read from the losses each sampled (its record's
-    ``metrics.losses``, as :func:`.search.losses_after` reads them).  A candidate whose
+    ``metrics.losses``, as :func:`.search.losses_after` reads them); ``starts``, each row's
+    ``start_loss`` as stored (where its run started: the same after any steps).  A candidate whose
     time cap stopped it after 6 steps, beside stock's trial of 10, is then compared with
     stock's after 6, as the search compared them; without them the next plan found no run
     of stock's of 6 steps and read the candidate as unchecked.  A job (not seeded) answers
     only for its own steps."""
     import numpy as np
-    from modak_runtime.record import losses_after, start_loss
+    from modak_runtime.record import losses_after
 
     if "source" not in d or "raw" not in d:
         return []
@@ -1027,11 +1029,10 @@ def trial_losses_at_shorter_steps(d, groups, steps) -> list[tuple]:
             sampled = (json.loads(d["raw"].iloc[i]).get("metrics") or {}).get("losses")
         except (TypeError, ValueError, AttributeError):
             continue
-        first = start_loss(sampled)
         for k in fewer:
             then = losses_after(sampled, k)
             if then is not None:
-                out.append((groups[i], k, *then, float("nan") if first is None else first))
+                out.append((groups[i], k, *then, starts[i]))
     return out
 
 

@@ -359,6 +359,10 @@ class _Keras:
                 if batch is None and getattr(x, "shape", None) is not None:
                     batch = min(32, int(x.shape[0]))  # Keras' default batch size
                 me.began(model, None, batch)
+                steps = (self.params or {}).get("steps")
+                if me.s.steps_per_epoch is None and isinstance(steps, int) and steps > 0:
+                    me.s.steps_per_epoch = steps  # (the first fit's: the trained model's)
+                    me.s.effect["steps_per_epoch"] = "Keras fit's steps per epoch"
 
         return Clock()
 

@@ -101,6 +101,11 @@ class Metrics:
     start_loss: Optional[float] = None
     losses: list[list[float]] = field(default_factory=list)  # [step, loss], sampled
     accuracy: Optional[float] = None
+    # the optimizer steps one epoch makes, where the run shows it: counted over a whole pass
+    # over the training data loader, else its batches over the step's micro-batches, or
+    # Keras ``fit``'s steps per epoch (``effect["steps_per_epoch"]`` says which); None for
+    # a loop over no loader of known length.  A job stated in epochs is that many steps
+    steps_per_epoch: Optional[int] = None
 
 
 @dataclass
@@ -172,6 +177,7 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "gflops_fp32": ("REAL", None), "gflops_bf16": ("REAL", None),
     "bandwidth_gbs": ("REAL", None), "op_us": ("REAL", None),
     "steps": ("INTEGER", "metrics.steps"),
+    "steps_per_epoch": ("INTEGER", "metrics.steps_per_epoch"),
     "s_per_step": ("REAL", "metrics.s_per_step"), "steps_per_s": ("REAL", "metrics.steps_per_s"),
     "samples_per_s": ("REAL", "metrics.samples_per_s"), "compile_s": ("REAL", "metrics.warmup_s"),
     "peak_rss_mb": ("REAL", "metrics.peak_rss_mb"), "final_loss": ("REAL", "metrics.final_loss"),

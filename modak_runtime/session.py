@@ -315,6 +315,8 @@ class Session:
         self.losses: list[list[float]] = []
         self.loss_stride = 1
         self.last_loss: Optional[float] = None
+        # the steps an epoch makes, as the framework's hooks found it (Metrics.steps_per_epoch)
+        self.steps_per_epoch: Optional[int] = None
         self.max_steps = _int_env("MODAK_MAX_STEPS")
         # a trial's time cap, from the runtime's start (a search's share of its budget)
         self.max_seconds = _seconds_env("MODAK_MAX_SECONDS")
@@ -448,7 +450,7 @@ class Session:
     # -- a rank's measurements (ranks.py) ---------------------------------------------
     MEASURED = ("t_train", "step_ends", "models", "losses", "loss_stride", "last_loss", "stopped_by",
                 "framework", "framework_version", "applied", "not_applied", "effect",
-                "fingerprint", "accuracy")
+                "fingerprint", "accuracy", "steps_per_epoch")
 
     def measured(self) -> dict[str, Any]:
         """What a training rank measured, for the script's process to adopt; its finishers
@@ -472,7 +474,7 @@ class Session:
         self.t_start = t_start
         self.t_train, self.step_ends, self.losses, self.loss_stride = None, [], [], 1
         self.models = []
-        self.last_loss, self.stopped_by = None, None
+        self.last_loss, self.stopped_by, self.steps_per_epoch = None, None, None
 
     # -- the record ------------------------------------------------------------------
     def metrics(self) -> Metrics:
@@ -481,7 +483,7 @@ class Session:
                     peak_rss_mb=max(_peak_rss_mb(), self.rank_peak_rss_mb or 0.0),
                     final_loss=self.last_loss, losses=self.losses, accuracy=self.accuracy,
                     end_loss=end_loss(self.losses, len(ends)),
-                    start_loss=start_loss(self.losses))
+                    start_loss=start_loss(self.losses), steps_per_epoch=self.steps_per_epoch)
         if self.t_train is not None:
             m.startup_s = self.t_train - self.t_start
         if len(ends) < 2 or (self.stopped_by == "time" and self.config.compiler != "off"

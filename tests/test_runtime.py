@@ -72,6 +72,7 @@ def test_keras_fit_defaults_reproduce_the_plain_scripts_loss():
     assert final and final == [line for line in wrapped.splitlines()
                                if line.startswith("final loss")]
     assert rec["framework"] == "keras" and rec["metrics"]["steps"] == 16  # 2 epochs x 8
+    assert rec["metrics"]["steps_per_epoch"] == 8
     assert rec["effect"]["compute_dtype"] == "float32" and rec["effect"]["compiled"] is False
     fp = rec["fingerprint"]
     # an independent count: Conv2D(8, 3) on 16x16x1, then Dense 392->32 and 32->2
@@ -846,6 +847,70 @@ def test_a_step_that_accumulates_gradients_counts_its_micro_batches(tmp_path, mo
         assert fp["flops_per_step"] == pytest.approx(forward + passes * backward)
     assert m["samples_per_s"] == pytest.approx(batch * (micro or 1) / m["s_per_step"])
     assert row_from_fom(rec, source="deploy")["micro_batches"] == micro
+
+
+EPOCHS = """
+import sys
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+mode = sys.argv[1]
+torch.manual_seed(5)
+x, y = torch.randn(96, 8), torch.randn(96, 1)
+train = DataLoader(TensorDataset(x, y), batch_size=8, shuffle=True)  # 12 batches
+val = DataLoader(TensorDataset(x[:40], y[:40]), batch_size=8)  # 5 batches
+net = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.01)
+mse = torch.nn.functional.mse_loss
+
+
+def validate():
+    with torch.no_grad():
+        return sum(mse(net(xb), yb) for xb, yb in val)
+
+
+if mode == "tensors":  # no loader: batches cut from the tensors by hand
+    for i in range(30):
+        opt.zero_grad()
+        mse(net(x[8 * (i % 12):8 * (i % 12 + 1)]), y[8 * (i % 12):8 * (i % 12 + 1)]).backward()
+        opt.step()
+for epoch in range(3 if mode != "tensors" else 0):
+    for i, (xb, yb) in enumerate(train):
+        if mode == "short-epochs" and i == 7:  # the script's own limit on an epoch
+            break
+        (mse(net(xb), yb) / (2 if mode == "accumulate" else 1)).backward()
+        if mode != "accumulate" or i % 2 == 1:
+            opt.step()
+            opt.zero_grad()
+        if i == 4:  # a validation pass within the epoch, as some scripts run every so often
+            validate()
+    validate()
+"""
+
+
+@pytest.mark.parametrize("mode, cap, per_epoch, how", [
+    ("accumulate", None, 6, "counted"), ("accumulate", "4", 6, "12 batches over 2"),
+    ("short-epochs", None, 7, "counted"), ("short-epochs", "5", 12, "12 batches over 1"),
+    ("tensors", None, None, None)])
+def test_an_epochs_steps_are_counted_over_the_training_loaders_pass(tmp_path, mode, cap,
+                                                                     per_epoch, how):
+    """A job stated in epochs is as long as an epoch's optimizer steps: counted over a whole
+    pass over the loader the trained model's steps ran over (not the validation loader
+    iterated within and between its passes; as many as the script lets an epoch run), else, in a
+    trial its cap stopped within the first epoch, the loader's batches over the step's
+    micro-batches; and no figure for a loop over no loader."""
+    need("torch")
+    script = tmp_path / "epochs.py"
+    script.write_text(EPOCHS)
+    rc, _, rec, err = run(script, mode, env={"MODAK_MAX_STEPS": cap} if cap else None)
+    assert rc == 0, err
+    m = rec["metrics"]
+    assert m["steps"] == {"accumulate": 18, "short-epochs": 21, "tensors": 30}[mode] \
+        if cap is None else m["steps"] == int(cap)
+    assert m["steps_per_epoch"] == per_epoch
+    assert (how in rec["effect"]["steps_per_epoch"]) if how else \
+        "steps_per_epoch" not in rec["effect"]
+    assert row_from_fom(rec, source="trial")["steps_per_epoch"] == per_epoch
 
 
 def test_fingerprint_of_an_lstm_counts_its_recurrent_layers():

@@ -153,6 +153,10 @@ class Application(Strict):
     steps: Optional[Count(10_000_000_000)] = Field(
         None, description="optimizer steps the job will run, if known: a compiler's warm-up "
         "is weighed against them (default: as many as the wall time holds)")
+    epochs: Optional[Count(10_000_000)] = Field(
+        None, description="epochs the job will run, if known, instead of its steps: as many "
+        "steps as an epoch of the script makes, as its runs measured them (a pass over its "
+        "training data loader, Keras fit's steps per epoch)")
     build: Optional[Build] = None
     user_image: Optional[str] = Field(
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}$",
@@ -181,6 +185,12 @@ class Application(Strict):
             raise ValueError(f"invalid version {value!r}: a version such as 2.13 or a "
                              "specifier such as >=2.1,<3") from None
         return value
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "Application":
+        if self.steps and self.epochs:
+            raise ValueError("steps and epochs both state the job's length: state one")
+        return self
 
 
 MAX_COMPILER_MODES = 8  # each mode multiplies the candidates
@@ -384,9 +394,13 @@ class Plan(Strict):
     stderr: Optional[str] = Field(None, description="its error file; null: in stdout")
     walltime_s: Optional[int] = Field(None, description="the job's wall-time limit")
     steps: Optional[int] = Field(None, description="the optimizer steps the job will run: "
-                                 "as the application states (its ``steps``), else as its "
-                                 "last full run under the same script and arguments made; "
-                                 "null: neither")
+                                 "as the application states (its ``steps``), else "
+                                 "its ``epochs`` times the steps an epoch makes as measured; "
+                                 "else as its last full run under the same script and "
+                                 "arguments made; null: none of these")
+    epochs: Optional[int] = Field(None, description="the epochs the application states (a "
+                                  "search whose plan knows no steps takes the job's length "
+                                  "from the steps an epoch made in stock's trial)")
     autotune: tuple[Configuration, ...] = Field(
         (), description="candidates a short autotuning trial should measure")
     search: bool = Field(

@@ -205,7 +205,8 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                 target=target, notes=decision.notes, run_id=run_id,
                 run_name=f"{request.job.job_name}-{run_id}", stdout=res.stdout,
                 stderr=res.stderr, walltime_s=res.walltime_s,
-                steps=decision.known_steps, autotune=decision.autotune, search=decision.search,
+                steps=decision.known_steps, epochs=request.application.epochs,
+                autotune=decision.autotune, search=decision.search,
                 app_files=tuple(app_files))
     files["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
     return PlanResult(plan=plan, files=files, decision=decision)

@@ -49,6 +49,10 @@ class Predictor(Protocol):
         """The steps the request's job made when it last ran in full under the same script
         and arguments, and that run's id; None when it never did."""
 
+    def steps_per_epoch(self, request: JobRequest) -> Optional[int]:
+        """The optimizer steps an epoch of the request's workload makes, as measured; None
+        when no run measured them."""
+
 
 AUTOTUNE_K = 3  # candidates a proposed autotuning trial runs (and stock)
 LOSS_TOLERANCE = 0.05  # a measured loss worse than stock's by more than this changes the result
@@ -213,13 +217,19 @@ def _with_stock(trials: tuple[Configuration, ...], stock: Optional[Configuration
     return trials if stock is None or stock in trials else trials + (stock,)
 
 
-def known_steps(request: JobRequest, measured: Optional[tuple[int, Optional[str]]]
-                ) -> Optional[tuple[int, str]]:
+def known_steps(request: JobRequest, measured: Optional[tuple[int, Optional[str]]],
+                per_epoch: Optional[int] = None) -> Optional[tuple[int, str]]:
     """The optimizer steps the job will run as far as they are known, and where that figure
-    comes from: the application's ``steps``; else the steps its last full run under the
-    same script and arguments made (``measured``: steps, run id); None when neither."""
-    if request.application.steps:
-        return request.application.steps, "stated by the application's steps"
+    comes from: the application's ``steps``; else its ``epochs`` times the steps an epoch of
+    it makes as its runs measured them (``per_epoch``); else the steps its last full run
+    under the same script and arguments made (``measured``: steps, run id); None when none
+    of these."""
+    app = request.application
+    if app.steps:
+        return app.steps, "stated by the application's steps"
+    if app.epochs and per_epoch:
+        return app.epochs * per_epoch, (f"the application's {app.epochs} epoch(s) of "
+                                        f"{per_epoch} steps, as its runs measured an epoch")
     if measured:
         steps, run = measured
         return steps, ("as its last full run under these arguments made"
@@ -422,8 +432,16 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     keep = [i for i, c in enumerate(configs) if c not in dict(rejected)]
     configs, predictions = [configs[i] for i in keep], [predictions[i] for i in keep]
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
+    epochs = request.application.epochs
+    per_epoch = predictor.steps_per_epoch(request) if predictor is not None and epochs else None
     known = known_steps(request, predictor.job_steps(request) if predictor is not None
-                        else None)
+                        else None, per_epoch)
+    if epochs and not per_epoch:
+        notes.append(f"the application states {epochs} epoch(s), but no run of this workload "
+                     "has measured an epoch's steps yet (a pass over a data loader of known "
+                     "length, or Keras fit): the job is ranked by "
+                     + ("its last full run's steps" if known else "its wall time")
+                     + "; a search's stock trial, or this run, measures them")
     stock_p = dict(predicted).get(stock)
     job_steps, steps_from = planned_steps(res, stock_p, known)
     unchecked = margin = None

@@ -55,6 +55,18 @@ def test_the_steps_the_job_runs_reach_the_plan():
     assert any(p == "job.optimisation.app_type-ai_training.config.steps" for p, _ in found), found
 
 
+def test_the_epochs_the_job_runs_reach_the_plan_and_not_beside_its_steps():
+    config = "job.optimisation.app_type-ai_training.config"
+    doc = dsl(**{"job.optimisation.app_type-ai_training": {
+        "config": {"ai_framework": "pytorch", "epochs": 30},
+        "ai_framework-pytorch": {"version": "2.13"}}})
+    app = read_dsl(doc, "r.json").application
+    assert app.epochs == 30 and app.steps is None
+    assert any(p == f"{config}.epochs" for p, _ in problems(dsl(**{f"{config}.epochs": 0})))
+    assert problems(dsl(**{f"{config}.epochs": 3, f"{config}.steps": 600})) == [
+        (config, "steps and epochs both state the job's length: state one")]
+
+
 def test_hpc_mpi_branch():
     doc = dsl(**{"job.optimisation": {
         "enable_opt_build": False, "app_type": "hpc",

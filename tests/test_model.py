@@ -1019,6 +1019,42 @@ def test_a_job_that_states_no_steps_is_as_long_as_its_last_full_run():
     assert stated.steps == 1_000_000 and stated.chosen.compiler == "torch.compile:default"
 
 
+def test_a_job_stated_in_epochs_is_as_long_as_its_runs_measured_an_epoch():
+    """A user states the job's length in epochs, as their script's arguments have it: the
+    job is as many steps as an epoch made when its runs last measured one (a trial's
+    count counts: it ran the same script over the same data), so 4 epochs of 50 steps stay
+    eager where a compiler pays only over many more; an epoch no run measured leaves the
+    wall time's guess, and the plan says so."""
+    from modak_lib.workload import key
+
+    df = compiled_only_elsewhere()
+    req = mnist_request()
+    req = req.model_copy(update={"application": req.application.model_copy(
+        update={"arguments": ("--epochs", "4"), "epochs": 4})})
+    trial = row("mnist-cnn", "off", 2, "glibc", "fp32", 0.05) | {
+        "source": "autotune", "run_id": "trial-run", "workload_key": key(req.application),
+        "steps": 12, "steps_per_epoch": 50, "recorded_at": "2026-11-24T00:00:00+00:00"}
+
+    def plan(*extra, request=req):
+        data = pd.concat([df, pd.DataFrame(list(extra))], ignore_index=True) if extra else df
+        return make_plan(request, predictor=predictor_for(data), run_id="t").plan
+
+    unknown = plan(trial | {"steps_per_epoch": None})
+    assert unknown.steps is None and unknown.epochs == 4
+    assert unknown.chosen.compiler == "torch.compile:default"
+    assert any(n.startswith("the application states 4 epoch(s), but no run of this workload "
+                            "has measured an epoch's steps yet") for n in unknown.notes)
+    known = plan(trial)
+    assert known.steps == 200 and known.chosen.compiler is None
+    assert any(n.startswith("ranked by the time of a 200-step job (the application's 4 "
+                            "epoch(s) of 50 steps, as its runs measured an epoch)")
+               for n in known.notes), known.notes
+    # many epochs pay for the compiler
+    many = plan(trial, request=req.model_copy(update={"application": req.application.model_copy(
+        update={"epochs": 20_000})}))
+    assert many.steps == 1_000_000 and many.chosen.compiler == "torch.compile:default"
+
+
 def test_the_plot_writes_a_png_of_the_held_out_predictions(tmp_path):
     pytest.importorskip("matplotlib")
     from modak_lib.results import ResultsStore, load_frame

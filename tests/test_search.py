@@ -946,7 +946,8 @@ def test_a_candidate_its_cap_stopped_after_fewer_steps_keeps_the_result_it_keeps
 
 def test_a_trials_sampled_losses_reach_the_search_through_the_job_path():
     """modak_record's ``measured`` carries the losses the runtime sampled, and the
-    search's trial of it has them (what a shorter trial's steps are read from)."""
+    search's trial of it has them (what a shorter trial's steps are read from); and the
+    steps an epoch made (what a job stated in epochs is as long as)."""
     pytest.importorskip("ansible")
     sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
     try:
@@ -958,12 +959,12 @@ def test_a_trials_sampled_losses_reach_the_search_through_the_job_path():
     losses = _descending(10)
     rec = {"status": "capped", "configuration": STOCK.model_dump(mode="json"),
            "metrics": {"steps": 10, "s_per_step": 0.05, "final_loss": 3.0, "losses": losses,
-                       "startup_s": 2.0, "wall_s": 3.0}}
+                       "startup_s": 2.0, "wall_s": 3.0, "steps_per_epoch": 469}}
     m = measured(rec, loss_figures)
     assert m["losses"] == losses and m["end_loss"] == pytest.approx(3.2)
     trial = ActionModule._trial({**rec, "measured": m, "elapsed_s": 4.0}, Trial,
                                 Configuration, STOCK)
-    assert trial.losses == losses
+    assert trial.losses == losses and trial.steps_per_epoch == 469
     assert search_module.losses_after(trial, 6).end_loss == pytest.approx(3.5)
     # through the search's state between the deploy's calls too
     h = Halving([BF16], STOCK, job_steps=5000, budget_s=600)
@@ -1021,6 +1022,9 @@ class Measured:
         return [None] * len(configs)
 
     def job_steps(self, request):
+        return None
+
+    def steps_per_epoch(self, request):
         return None
 
     def predict(self, request, configs):
@@ -1324,6 +1328,53 @@ def test_the_deploys_search_re_bases_its_budget_only_for_a_job_of_stated_steps()
         f"{BF16.label()}: not tried: the job is too short for trials",
         f"{STOCK.label()}: chosen without trials: the budget affords 0 (10 s a trial, 9 s of "
         "budget); the job is too short for trials to pay for themselves"]
+
+
+def test_a_job_stated_in_epochs_is_as_long_as_an_epoch_in_stocks_trial():
+    """A job stated in epochs (its plan knows no steps: no run measured an epoch yet) is as
+    many steps as an epoch made in stock's first trial (the runtime counts them): the
+    budget is re-based on that job, the round's caps as soon as stock's trial ran, and a
+    compiler is weighed against those steps, not the many its wall time would hold."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    plan = {"walltime_s": 1200, "epochs": 20,
+            "autotune": [c.model_dump(mode="json") for c in (STOCK, COMPILE)],
+            "candidates": [{"configuration": c.model_dump(mode="json"), "score": 1.0,
+                            "prediction": None} for c in (STOCK, COMPILE)]}
+    args = {"candidates": 3, "budget_fraction": 0.1, "job_steps": 0, "first_steps": 10,
+            "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": 10.0,
+            "min_gain": 0.03, "scatter": TRIAL_SCATTER}
+    stock = Trial(STOCK, 10, 0.0134, 0.1, 3.4, 1.5, steps_per_epoch=150)
+    compiled = Trial(COMPILE, 10, 0.010, 40.0, 45.0, 1.5, steps_per_epoch=150)
+    h, how = ActionModule._start(plan, args, Configuration)
+    assert how.startswith("120 s: 10% of the job's expected 1200 s (20 epochs, as many steps "
+                          "as an epoch makes in stock's first trial; till then its wall time")
+    assert how.endswith("re-based on stock's first trial")
+    job = 0.1 + 0.0134 * 3000
+    h.record([stock, compiled])
+    assert h.job_steps == 20 * 150 and h.out.budget_s == pytest.approx(0.1 * job)
+    # compiled: 40 s + 30 s against stock's 40.3 s for 3000 steps (in 89552, its wall
+    # time's, the compiler would pay)
+    assert h.outcome().chosen == STOCK
+    assert "(70 s for the job against stock's 40 s)" in h.out.verdicts[COMPILE.label()]
+    assert Halving.from_state(json.loads(json.dumps(h.state()))).epochs == 20
+    # within the first round, once stock's trial ran, a candidate's share is of that job:
+    # 200 epochs, 402 s, a 40 s budget, of which stock's trial took 3.4 s and keeps as
+    # much again (and a little) for its second
+    long, _ = ActionModule._start({**plan, "epochs": 200}, args, Configuration)
+    assert 30 < long.cap(COMPILE, [stock]) < 0.1 * (0.1 + 0.0134 * 30000) - 2 * 3.4
+    # a stock trial that measured no epoch (a loop over no loader): its wall time holds
+    blind, _ = ActionModule._start(plan, args, Configuration)
+    blind.record([replace(stock, steps_per_epoch=None), compiled])
+    assert blind.job_steps == 1200 // 0.0134 and blind.outcome().chosen == COMPILE
+    # steps stated (the variable) are the job's steps, whatever the epochs
+    stated, _ = ActionModule._start(plan, {**args, "job_steps": 5000}, Configuration)
+    stated.record([stock, compiled])
+    assert stated.job_steps == 5000
 
 
 def test_the_budget_is_re_based_once_on_stocks_first_trial():

@@ -96,6 +96,8 @@ def errors(path):
 def test_minimal_blueprint_reads(tmp_path):
     req = read_request(blueprint(tmp_path, GOOD_APP))
     assert req.application.script == "train.py"
+    assert read_request(blueprint(tmp_path, GOOD_APP[:-1] + ", epochs: 12}")
+                        ).application.epochs == 12
 
 
 @pytest.mark.parametrize("job_props, target_props, path, words", [
@@ -110,6 +112,12 @@ def test_minimal_blueprint_reads(tmp_path):
      "topology_template.node_templates.hpc.properties.frontend.host", "invalid host name"),
     (GOOD_APP, "scheduler: slurm\ncores_per_node: 0",
      "topology_template.node_templates.hpc.properties.cores_per_node", "greater than or equal to 1"),
+    (GOOD_APP[:-1] + ", steps: 600, epochs: 3}", "scheduler: slurm",
+     "topology_template.node_templates.train.properties.application",
+     "steps and epochs both state the job's length"),
+    (GOOD_APP[:-1] + ", epochs: 0}", "scheduler: slurm",
+     "topology_template.node_templates.train.properties.application.epochs",
+     "greater than or equal to 1"),
 ])
 def test_property_errors_name_node_and_path(tmp_path, job_props, target_props, path, words):
     found = errors(blueprint(tmp_path, job_props, target_props))

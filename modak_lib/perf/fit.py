@@ -1045,7 +1045,9 @@ def workload_table(df) -> list[dict[str, Any]]:
     """Per workload (its key, else its label and framework): the latest fingerprint (with
     its FLOP shares), the knobs the runtime refused to apply to it and the configurations
     it failed under; and the job's length: the optimizer steps its latest full job made
-    (``job_steps``, ``job_run``: a deploy's run, not a trial, which its caps stop early).
+    (``job_steps``, ``job_run``: a deploy's run, not a trial, which its caps stop early), and
+    the steps an epoch of it makes as its latest run that measured them did (a trial's too:
+    ``steps_per_epoch``, for a job stated in epochs).
 
     A refusal or a failure is recorded with its place (``features.place``: the image and
     the target) and answers for that place only (``features.same_place``): torch.compile
@@ -1063,7 +1065,8 @@ def workload_table(df) -> list[dict[str, Any]]:
 
     d = df.copy()
     for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
-                "run_id", "recorded_at", "raw", "source", "steps", *F.PLACE_KEYS,
+                "run_id", "recorded_at", "raw", "source", "steps", "steps_per_epoch",
+                *F.PLACE_KEYS,
                 *F.WORKLOAD_FIGURES):
         if col not in d:
             d[col] = None
@@ -1087,6 +1090,9 @@ def workload_table(df) -> list[dict[str, Any]]:
         jobs = ok[(ok["source"] == "deploy") & (pd.to_numeric(ok["steps"], errors="coerce") > 0)]
         entry["job_steps"] = int(jobs["steps"].iloc[-1]) if len(jobs) else None
         entry["job_run"] = _plain(jobs["run_id"].iloc[-1]) if len(jobs) else None
+        epochs = pd.to_numeric(ok["steps_per_epoch"], errors="coerce").dropna()
+        epochs = epochs[epochs > 0]
+        entry["steps_per_epoch"] = int(epochs.iloc[-1]) if len(epochs) else None
         refused: dict[tuple, Optional[dict[str, Any]]] = {}
         failed: dict[tuple, Optional[dict[str, Any]]] = {}
         plain_failed: dict[tuple, bool] = {}  # per place: its latest run under no knob failed

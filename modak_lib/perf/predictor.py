@@ -239,6 +239,13 @@ class FastPredictor:
                if w.get("workload_key") == key and w.get("job_steps")]
         return (int(hit[-1]["job_steps"]), hit[-1].get("job_run")) if hit else None
 
+    def steps_per_epoch(self, request: JobRequest) -> Optional[int]:
+        """The optimizer steps an epoch of this request's workload makes, as its latest run
+        that measured them did (a trial's too; by its key, else its label as
+        :meth:`workload` finds it); None when none did."""
+        w = self.workload(request)
+        return int(w["steps_per_epoch"]) if w and w.get("steps_per_epoch") else None
+
     def exclusions(self, request: JobRequest, configs: Sequence[Configuration]
                    ) -> list[Optional[str]]:
         """Why a configuration must not be offered for this workload here (None: it may):

@@ -22,9 +22,11 @@ Here:
   the same precision under torch.compile matched fp32;
 - **compile time is amortised over the job's planned length**: a candidate is ranked by
   ``warm-up + s/step x job steps``, so a compiler that pays only after two hours is not
-  chosen for a ten-minute job.  A job that states no steps (``job_steps`` None) is as long
-  as its wall time (``walltime_s``) holds at stock's speed as its first trial measured it
-  (:func:`wall_steps`, the planner's rule too): an upper bound, as the planner's;
+  chosen for a ten-minute job.  A job that states no steps (``job_steps`` None) but its
+  ``epochs`` is as many steps as an epoch made in stock's first trial (the runtime counts
+  them, :meth:`Halving.steps_for`); one that states neither is as long as its wall time
+  (``walltime_s``) holds at stock's speed as its first trial measured it (:func:`wall_steps`,
+  the planner's rule too): an upper bound, as the planner's;
 - **the budget** is a fraction of the job's expected run time (stock's), in seconds of
   trial wall time; a round that would exceed it is not started.  The first round runs
   without a measured cost to go by: it is cut to the candidates that fit the budget at an
@@ -225,6 +227,10 @@ class Trial:
     # ``losses``), empty where not recorded: what a trial's figures after fewer steps than
     # its own are read from (:func:`losses_after`), when a trial of the same round ran fewer
     losses: Sequence[Sequence[float]] = ()
+    # the optimizer steps an epoch of the script makes, as the runtime measured them
+    # (``modak_runtime.record``'s ``steps_per_epoch``), None where it did not: stock's sets
+    # the length of a job stated in epochs (:meth:`Halving.steps_for`)
+    steps_per_epoch: Optional[int] = None
 
 
 def script_error(failed: Optional[str], error: Optional[dict]) -> bool:
@@ -480,9 +486,10 @@ class Halving:
                  eta: int = 2, loss_tolerance: float = 0.05, max_rounds: int = 4,
                  budget_fraction: Optional[float] = None, trial_overhead_s: float = 0.0,
                  s_per_step: Optional[float] = None, min_gain: float = MIN_GAIN,
-                 walltime_s: Optional[float] = None, scatter: float = TRIAL_SCATTER):
+                 walltime_s: Optional[float] = None, scatter: float = TRIAL_SCATTER,
+                 epochs: Optional[int] = None):
         self.stock, self.job_steps, self.budget_s = stock, job_steps or None, budget_s
-        self.walltime_s = walltime_s
+        self.walltime_s, self.epochs = walltime_s, epochs or None
         self.min_gain, self.scatter = min_gain, scatter
         self.budget_fraction = budget_fraction
         # the first round's cost before anything is measured: per trial, this much plus
@@ -663,9 +670,20 @@ class Halving:
         (an LSTM LM's search, its budget 33 s after round 1, 24 s after round 2: 29 s spent
         "of a 24 s budget")."""
         if first_round and self.budget_fraction and base is not None and \
-                base.s_per_step is not None:
-            return self.budget_fraction * job_seconds(base, self.job_steps)
+                base.s_per_step is not None and (steps := self.steps_for(base)):
+            return self.budget_fraction * job_seconds(base, steps)
         return self.budget_s
+
+    def steps_for(self, base: Optional[Trial]) -> Optional[int]:
+        """The job's steps: as stated; else, once stock's first trial ``base`` has run, its
+        ``epochs`` times the steps an epoch made in that trial (a job stated in epochs),
+        or as many as its wall time holds at that trial's speed (:func:`wall_steps`: an
+        upper bound); None while neither is known."""
+        if self.job_steps is not None or base is None:
+            return self.job_steps
+        if self.epochs and base.steps_per_epoch:
+            return self.epochs * base.steps_per_epoch
+        return wall_steps(self.walltime_s, base.s_per_step)
 
     def reserve(self, base: Optional[Trial]) -> float:
         """What the first round's candidates leave of the budget for stock's second trial
@@ -741,8 +759,7 @@ class Halving:
         if kept:
             self.finished = True
         base = results.get(self.stock)
-        if self.job_steps is None and base is not None:  # (a job that states no steps)
-            self.job_steps = wall_steps(self.walltime_s, base.s_per_step)
+        self.job_steps = self.steps_for(base)  # (a job that states no steps: from now on)
         out.budget_s = self.budget_s = self._budget(base, first_round=out.rounds == 1)
         if base is None or base.s_per_step is None:  # nothing to compare with
             out.verdicts[self.stock.label()] = "stock failed: " + str(
@@ -960,7 +977,7 @@ class Halving:
         def trial(t: Trial) -> dict:
             return {**t.__dict__, "configuration": t.configuration.model_dump(mode="json")}
         return {"stock": self.stock.model_dump(mode="json"), "job_steps": self.job_steps,
-                "walltime_s": self.walltime_s,
+                "walltime_s": self.walltime_s, "epochs": self.epochs,
                 "budget_s": self.budget_s, "budget_fraction": self.budget_fraction,
                 "trial_overhead_s": self.trial_overhead_s, "s_per_step": self.s_per_step,
                 "eta": self.eta, "tolerance": self.tolerance,
@@ -986,7 +1003,7 @@ class Halving:
                 trial_overhead_s=st.get("trial_overhead_s", 0.0),
                 s_per_step=st.get("s_per_step"), min_gain=st.get("min_gain", MIN_GAIN),
                 walltime_s=st.get("walltime_s"), scatter=st.get("scatter", TRIAL_SCATTER),
-                first_steps=st.get("first_steps", st["steps"]))
+                first_steps=st.get("first_steps", st["steps"]), epochs=st.get("epochs"))
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.held = [Configuration(**c) for c in st.get("held", [])]
         h.steps, h.finished = st["steps"], st["finished"]
@@ -1006,7 +1023,7 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
            max_rounds: int = 4, budget_fraction: Optional[float] = None,
            trial_overhead_s: float = 0.0, s_per_step: Optional[float] = None,
            min_gain: float = MIN_GAIN, walltime_s: Optional[float] = None,
-           scatter: float = TRIAL_SCATTER) -> Outcome:
+           scatter: float = TRIAL_SCATTER, epochs: Optional[int] = None) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring.  ``run(configuration, steps, cap)`` runs
     one trial, stopping it after ``cap`` seconds (None: no cap) as the runtime does with
@@ -1015,7 +1032,7 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
                 max_rounds=max_rounds, budget_fraction=budget_fraction,
                 trial_overhead_s=trial_overhead_s, s_per_step=s_per_step, min_gain=min_gain,
-                walltime_s=walltime_s, scatter=scatter)
+                walltime_s=walltime_s, scatter=scatter, epochs=epochs)
     while True:
         step = h.next_round()
         if step is None:

@@ -107,7 +107,16 @@ class DslAiConfig(_M):
     steps: Optional[int] = Field(
         None, gt=0, le=10_000_000_000, description="MODAK extension: the optimizer steps the "
         "job runs (a compiler's warm-up and a search's budget are weighed against them)")
+    epochs: Optional[int] = Field(
+        None, gt=0, le=10_000_000, description="MODAK extension: the epochs the job runs, "
+        "instead of its steps (as many steps as an epoch of the script makes, as measured)")
     allow_reduced_precision: bool = Field(False, description="MODAK extension: allow bf16")
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "DslAiConfig":
+        if self.steps and self.epochs:  # (named here, where the file states them)
+            raise ValueError("steps and epochs both state the job's length: state one")
+        return self
 
 
 class DslEtl(_M):
@@ -241,7 +250,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             user_image = name.split("://", 1)[-1]
 
     fw, fw_version, keras_backend, compilers, modes = Framework.none, None, None, [], []
-    model = batch = steps = None
+    model = batch = steps = epochs = None
     reduced = False
     if opt is not None and opt.ai_training is not None:
         ai = opt.ai_training
@@ -249,7 +258,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
         section = getattr(ai, ai.config.ai_framework)
         fw_version = section.version
         model, batch, reduced = ai.config.model, ai.config.batch_size, ai.config.allow_reduced_precision
-        steps = ai.config.steps
+        steps, epochs = ai.config.steps, ai.config.epochs
         if isinstance(section, DslTensorflow):
             compilers += [Compiler.xla] if section.xla else []
             compilers += [Compiler.ngraph] if section.ngraph else []
@@ -312,6 +321,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             "framework": fw, "framework_version": fw_version, "keras_backend": keras_backend,
             "executable": executable, "script": script, "arguments": rest,
             "model": model, "batch_size": batch, "steps": steps,
+            "epochs": epochs,
             "app_type": opt.app_type if opt else "ai_training",
             "mpi_ranks": app.mpi_ranks, "threads": app.threads,
             "build": Build(**app.build.model_dump()) if app.build else None,

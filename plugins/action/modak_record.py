@@ -124,4 +124,6 @@ def measured(record, loss_figures):
             "startup_s": m.get("startup_s"), "runtime_s": m.get("wall_s"),
             # (the sampled [step, loss] pairs: a longer trial's losses after a shorter one's
             # steps, which the search compares them at)
-            "losses": m.get("losses") or []}
+            "losses": m.get("losses") or [],
+            # (a job stated in epochs is as long as stock's trial measured an epoch)
+            "steps_per_epoch": m.get("steps_per_epoch")}

@@ -142,10 +142,12 @@ class ActionModule(ActionBase):
         per_step = pred.get("seconds")
         wall = plan.get("walltime_s")
         stated = args["job_steps"] or plan.get("steps") or None  # the variable, else the plan's
-        # only a job of stated steps has a length that stock's trial measures better than
-        # the plan predicted; otherwise its length is its wall time, and its steps as many
-        # as that holds at stock's speed as its first trial measures it (search.wall_steps)
-        rebase = args["budget_fraction"] if stated else None
+        # only a job of stated steps, or of stated epochs (as many steps as an epoch makes
+        # in stock's first trial), has a length that stock's trial measures better than the
+        # plan predicted; otherwise its length is its wall time, and its steps as many as
+        # that holds at stock's speed as its first trial measures it (search.wall_steps)
+        epochs = None if stated else plan.get("epochs")
+        rebase = args["budget_fraction"] if stated or epochs else None
         if stated:
             expected = stated * per_step if per_step else (wall or DEFAULT_JOB_S)
             length = "%d steps%s" % (stated, " at stock's predicted %.3g s/step" % per_step
@@ -155,6 +157,9 @@ class ActionModule(ActionBase):
             length = ("its wall time: it states no steps; as many as that holds at stock's "
                       "speed, as its first trial measures it" if wall else
                       "no steps and no wall time stated: an hour")
+            if epochs:
+                length = ("%d epochs, as many steps as an epoch makes in stock's first trial; "
+                          "till then %s" % (epochs, length))
         budget = args["budget_fraction"] * expected
         how = ("%.0f s: %.0f%% of the job's expected %.0f s (%s)" % (
             budget, 100 * args["budget_fraction"], expected, length)
@@ -164,7 +169,7 @@ class ActionModule(ActionBase):
                        loss_tolerance=args["loss_tolerance"], budget_fraction=rebase,
                        trial_overhead_s=args["trial_overhead_s"], s_per_step=per_step,
                        min_gain=args["min_gain"], walltime_s=wall,
-                       scatter=args["scatter"]), how
+                       scatter=args["scatter"], epochs=epochs), how
 
     @staticmethod
     def _trial(rec, Trial, Configuration, stock):
@@ -196,7 +201,8 @@ class ActionModule(ActionBase):
                      runtime_s=float(m.get("runtime_s") or 0.0), end_loss=m.get("end_loss"),
                      start_loss=m.get("start_loss"), refused=refused,
                      script_error=script_error(failed, rec.get("error")),
-                     losses=m.get("losses") or ())
+                     losses=m.get("losses") or (),
+                     steps_per_epoch=m.get("steps_per_epoch"))
 
 
 def _s(trial, halving, job_seconds):

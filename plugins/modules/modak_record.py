@@ -91,7 +91,9 @@ measured:
       startup_s, the runtime's clock until training began; and runtime_s, the runtime's
       clock until the run ended, the record's wall_s; losses, the [step, loss] pairs the
       runtime sampled, from which the search reads a longer trial's losses after a shorter
-      one's steps). Null when it measured no step
+      one's steps; steps_per_epoch, the optimizer steps an epoch of the script makes as the
+      runtime measured them, null where it could not, which set the length of a job stated
+      in epochs). Null when it measured no step
       time, except for a trial stopped at its time cap before it measured one (status
       capped, not stored), whose s_per_step is null and whose steps, startup_s and
       runtime_s say how far it got (the search judges by them whether another trial of the

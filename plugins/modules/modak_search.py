@@ -35,9 +35,10 @@ description:
     predicted speed, else its wall time); the first round is cut to the trials the budget
     affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
     and stock is kept), and after it, for a job of known steps (O(job_steps) or the plan's
-    C(steps), stated or measured by its last full run), the budget is re-based on the
-    job's time at stock's measured speed, once (a later round's stock trial does not
-    move it).
+    C(steps), stated or measured by its last full run) or of stated epochs (the plan's
+    C(epochs), whose steps are as many as an epoch made in stock's first trial), the budget
+    is re-based on the job's time at stock's measured speed, once (a later round's stock
+    trial does not move it).
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial in a round is not capped, its second trial
@@ -104,9 +105,10 @@ options:
     default: 0.1
   job_steps:
     description: Optimizer steps the job will run (0 - the plan's C(steps), which the request's
-      application states or its last full run under the same arguments made, else as many as
-      the plan's wall time holds at stock's speed as its first trial measures it; neither -
-      candidates are compared per step, their warm-up not counted).
+      application states or its last full run under the same arguments made; else the
+      plan's C(epochs) times the steps an epoch made in stock's first trial; else as many as
+      the plan's wall time holds at stock's speed as its first trial measures it; none of
+      these - candidates are compared per step, their warm-up not counted).
     type: int
     default: 0
   first_steps:

@@ -434,8 +434,12 @@ def decide(request: JobRequest, predictor: Predictor | None = None,
     predicted = [(c, p) for c, p in zip(configs, predictions) if p is not None]
     epochs = request.application.epochs
     per_epoch = predictor.steps_per_epoch(request) if predictor is not None and epochs else None
-    known = known_steps(request, predictor.job_steps(request) if predictor is not None
-                        else None, per_epoch)
+    last_job = predictor.job_steps(request) if predictor is not None else None
+    known = known_steps(request, last_job, per_epoch)
+    if epochs and per_epoch and last_job and abs(last_job[0] - epochs * per_epoch) >= per_epoch:
+        notes.append(f"the application states {epochs} epoch(s) of {per_epoch} steps, but its "
+                     f"last full run under these arguments made {last_job[0]} steps "
+                     f"({last_job[0] / per_epoch:.3g} epochs): are its epochs the script's?")
     if epochs and not per_epoch:
         notes.append(f"the application states {epochs} epoch(s), but no run of this workload "
                      "has measured an epoch's steps yet (a pass over a data loader of known "

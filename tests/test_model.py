@@ -1053,6 +1053,15 @@ def test_a_job_stated_in_epochs_is_as_long_as_its_runs_measured_an_epoch():
     many = plan(trial, request=req.model_copy(update={"application": req.application.model_copy(
         update={"epochs": 20_000})}))
     assert many.steps == 1_000_000 and many.chosen.compiler == "torch.compile:default"
+    # the epochs stated are the job's length, and where its last full run under these
+    # arguments made another number of them, the plan asks whether they are the script's
+    job = trial | {"source": "deploy", "run_id": "job-run", "steps": 1000,
+                   "recorded_at": "2026-11-25T00:00:00+00:00"}
+    odd = plan(trial, job)
+    assert odd.steps == 200
+    assert "the application states 4 epoch(s) of 50 steps, but its last full run under these " \
+        "arguments made 1000 steps (20 epochs): are its epochs the script's?" in odd.notes
+    assert not any("are its epochs" in n for n in plan(trial, job | {"steps": 203}).notes)
 
 
 def test_the_plot_writes_a_png_of_the_held_out_predictions(tmp_path):

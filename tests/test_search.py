@@ -1375,6 +1375,14 @@ def test_a_job_stated_in_epochs_is_as_long_as_an_epoch_in_stocks_trial():
     stated, _ = ActionModule._start(plan, {**args, "job_steps": 5000}, Configuration)
     stated.record([stock, compiled])
     assert stated.job_steps == 5000
+    # the plan's steps for the epochs came from an earlier run (perhaps over other data,
+    # under other arguments): stock's first trial counts an epoch again, and that counts
+    known, how = ActionModule._start({**plan, "steps": 20 * 200}, args, Configuration)
+    assert "4000 steps" in how and "20 epochs, as many steps as an epoch makes in stock's " \
+        "first trial" in how
+    assert known.job_steps == 4000
+    known.record([stock, compiled])
+    assert known.job_steps == 3000 and known.out.budget_s == pytest.approx(0.1 * job)
 
 
 def test_the_budget_is_re_based_once_on_stocks_first_trial():

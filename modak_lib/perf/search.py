@@ -22,9 +22,10 @@ Here:
   the same precision under torch.compile matched fp32;
 - **compile time is amortised over the job's planned length**: a candidate is ranked by
   ``warm-up + s/step x job steps``, so a compiler that pays only after two hours is not
-  chosen for a ten-minute job.  A job that states no steps (``job_steps`` None) but its
-  ``epochs`` is as many steps as an epoch made in stock's first trial (the runtime counts
-  them, :meth:`Halving.steps_for`); one that states neither is as long as its wall time
+  chosen for a ten-minute job.  A job stated in ``epochs`` is as many steps as an epoch made
+  in stock's first trial (the runtime counts them, :meth:`Halving.steps_for`; the plan's
+  ``job_steps`` for it, from an earlier run, until then); one that states no steps
+  (``job_steps`` None) and no epochs is as long as its wall time
   (``walltime_s``) holds at stock's speed as its first trial measured it (:func:`wall_steps`,
   the planner's rule too): an upper bound, as the planner's;
 - **the budget** is a fraction of the job's expected run time (stock's), in seconds of
@@ -675,14 +676,18 @@ class Halving:
         return self.budget_s
 
     def steps_for(self, base: Optional[Trial]) -> Optional[int]:
-        """The job's steps: as stated; else, once stock's first trial ``base`` has run, its
-        ``epochs`` times the steps an epoch made in that trial (a job stated in epochs),
-        or as many as its wall time holds at that trial's speed (:func:`wall_steps`: an
-        upper bound); None while neither is known."""
-        if self.job_steps is not None or base is None:
+        """The job's steps once stock's first trial ``base`` has run: for a job stated in
+        ``epochs``, those epochs at the steps an epoch made in that trial (the script as it
+        runs now, over its data now: the plan's figure came from an earlier run, perhaps
+        under other arguments); else as stated (``job_steps``); else as many as its wall
+        time holds at that trial's speed (:func:`wall_steps`: an upper bound).  Before
+        that trial, as stated (None: not known)."""
+        if base is None:
             return self.job_steps
         if self.epochs and base.steps_per_epoch:
             return self.epochs * base.steps_per_epoch
+        if self.job_steps is not None:
+            return self.job_steps
         return wall_steps(self.walltime_s, base.s_per_step)
 
     def reserve(self, base: Optional[Trial]) -> float:
@@ -759,7 +764,8 @@ class Halving:
         if kept:
             self.finished = True
         base = results.get(self.stock)
-        self.job_steps = self.steps_for(base)  # (a job that states no steps: from now on)
+        if out.rounds == 1:  # (the job's length, as stock's first trial measured it)
+            self.job_steps = self.steps_for(base)
         out.budget_s = self.budget_s = self._budget(base, first_round=out.rounds == 1)
         if base is None or base.s_per_step is None:  # nothing to compare with
             out.verdicts[self.stock.label()] = "stock failed: " + str(

@@ -143,15 +143,19 @@ class ActionModule(ActionBase):
         wall = plan.get("walltime_s")
         stated = args["job_steps"] or plan.get("steps") or None  # the variable, else the plan's
         # only a job of stated steps, or of stated epochs (as many steps as an epoch makes
-        # in stock's first trial), has a length that stock's trial measures better than the
-        # plan predicted; otherwise its length is its wall time, and its steps as many as
-        # that holds at stock's speed as its first trial measures it (search.wall_steps)
-        epochs = None if stated else plan.get("epochs")
+        # in stock's first trial, whatever the plan took from an earlier run), has a length
+        # that stock's trial measures better than the plan predicted; otherwise its length
+        # is its wall time, and its steps as many as that holds at stock's speed as its
+        # first trial measures it (search.wall_steps)
+        epochs = None if args["job_steps"] else plan.get("epochs")
         rebase = args["budget_fraction"] if stated or epochs else None
         if stated:
             expected = stated * per_step if per_step else (wall or DEFAULT_JOB_S)
             length = "%d steps%s" % (stated, " at stock's predicted %.3g s/step" % per_step
                                      if per_step else ", stock's speed unknown: the wall time")
+            if epochs:
+                length += ("; %d epochs, as many steps as an epoch makes in stock's first "
+                           "trial" % epochs)
         else:
             expected = wall or DEFAULT_JOB_S
             length = ("its wall time: it states no steps; as many as that holds at stock's "

@@ -179,6 +179,12 @@ class _Torch:
 
         backward.__wrapped__ = original_backward
         torch.autograd.backward = backward
+        # (a private class: a torch without it leaves the epoch unmeasured, not the script
+        # broken)
+        iterator_class = getattr(sys.modules.get("torch.utils.data.dataloader"),
+                                 "_BaseDataLoaderIter", None)
+        if iterator_class is None:
+            return
         loader_class = torch.utils.data.DataLoader
         original_iter = loader_class.__iter__
 
@@ -189,7 +195,6 @@ class _Torch:
 
         pass_over.__wrapped__ = original_iter
         loader_class.__iter__ = pass_over
-        iterator_class = torch.utils.data.dataloader._BaseDataLoaderIter
         original_next = iterator_class.__next__
 
         def next_batch(iterator):

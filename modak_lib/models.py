@@ -188,9 +188,15 @@ class Application(Strict):
 
     @model_validator(mode="after")
     def _one_length(self) -> "Application":
-        if self.steps and self.epochs:
-            raise ValueError("steps and epochs both state the job's length: state one")
+        one_length(self.steps, self.epochs)
         return self
+
+
+def one_length(steps: Optional[int], epochs: Optional[int]) -> None:
+    """A job's length is stated once: in steps or in epochs (each reader checks it where its
+    file states them, so that the error names that field)."""
+    if steps and epochs:
+        raise ValueError("steps and epochs both state the job's length: state one")
 
 
 MAX_COMPILER_MODES = 8  # each mode multiplies the candidates

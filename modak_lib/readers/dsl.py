@@ -12,7 +12,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..errors import InputError
-from ..models import Allocator, Build, Compiler, Framework, JobRequest, SchedulerName, Target
+from ..models import (Allocator, Build, Compiler, Framework, JobRequest, SchedulerName, Target,
+                      one_length)
 from ..validate import EnvName, MailEvents, WallTime
 from .common import validate
 
@@ -114,8 +115,7 @@ class DslAiConfig(_M):
 
     @model_validator(mode="after")
     def _one_length(self) -> "DslAiConfig":
-        if self.steps and self.epochs:  # (named here, where the file states them)
-            raise ValueError("steps and epochs both state the job's length: state one")
+        one_length(self.steps, self.epochs)  # (named here, where the file states them)
         return self
 
 

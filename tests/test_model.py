@@ -1283,6 +1283,9 @@ def _fake_runs(campaign, monkeypatch) -> list:
         rec["metrics"]["s_per_step"] = 0.01 * len(ran)  # (each run's own record)
         return rec
     monkeypatch.setattr(campaign, "run_one", run_one)
+    # (the runs are fakes: the tcmalloc configuration is run whether or not this machine
+    # has the library yet, which scripts/frontend installs)
+    monkeypatch.setattr(campaign, "TCMALLOC", __import__("sys").executable)
     monkeypatch.setattr(campaign, "probe", lambda target: {
         "gflops_fp32": 200.0, "gflops_bf16": 900.0, "bandwidth_gbs": 50.0})
     return ran

@@ -329,6 +329,10 @@ class Prediction(Strict):
                            "(not a model's estimate)")
     warmup_s: Optional[float] = Field(None, description="measured: the warm-up's excess "
                                       "(compilation), paid once per job")
+    compiling_s: Optional[float] = Field(None, description="how long a trial of this workload "
+                                         "with this compiler here ran before its time cap "
+                                         "stopped it still compiling (the compilation takes "
+                                         "at least that): a search does not cap it shorter")
     loss: Optional[float] = Field(None, description="measured: the median loss its runs "
                                   "ended with (compared with stock's after the same steps "
                                   "where either has no end_loss)")

@@ -75,13 +75,34 @@ def default_path() -> Path:
 
 def kept(rec: dict[str, Any]) -> bool:
     """Whether the store keeps a figure-of-merit record: a run that measured a step time,
-    or one that failed (kept so that its configuration is not offered there again).  A
-    trial stopped at its time cap before it measured a step time (``error`` type
-    ``TimeCap``: a compiler still compiling) is neither: its configuration did not fail,
-    and there is nothing to learn from."""
-    if rec.get("status") == "failed":
+    or one that failed (kept so that its configuration is not offered there again), or one
+    still compiling (:func:`still_compiling`).  Any other trial stopped at its time cap
+    before it measured a step time (``error`` type ``TimeCap``) is not: its configuration
+    did not fail, and there is nothing to learn from."""
+    if rec.get("status") == "failed" or still_compiling(rec) is not None:
         return True
     return bool(((rec.get("metrics") or {}).get("s_per_step") or 0) > 0)
+
+
+def still_compiling(rec: dict[str, Any]) -> Optional[float]:
+    """How long a compiled trial's training ran before its time cap stopped it while it
+    had measured no step time (on the runtime's clock, its start-up left out: the
+    compiler's warm-up takes at least that), or None for any other record.  Kept in the
+    store (status ``capped``, no step time, never fitted on: ``perf.fit.training_frame``),
+    so that the next plan does not count on a shorter compilation of this workload there
+    and the next search does not cap it as short again: a user's diffusion MLP was
+    capped compiling at 9.5 s in one deploy, and without it the next deploy's search
+    would give the same compilation the same share."""
+    m, err = rec.get("metrics") or {}, rec.get("error") or {}
+    compiler = str((rec.get("config") or {}).get("compiler") or "off")
+    if rec.get("status") != "capped" or err.get("type") != "TimeCap" or compiler == "off" \
+            or (m.get("s_per_step") or 0) > 0:
+        return None
+    try:
+        ran = float(m["wall_s"]) - float(m["startup_s"])
+    except (KeyError, TypeError, ValueError):  # (stopped before its training began)
+        return None
+    return ran if ran > 0 else None
 
 
 def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = None,
@@ -100,7 +121,8 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
         row = record.flatten(rec)
     except (AttributeError, TypeError, ValueError) as exc:
         raise StoreError(f"not a figure-of-merit record MODAK can read ({exc})") from None
-    if row["status"] != "failed" and not (row["s_per_step"] or 0) > 0:
+    if row["status"] != "failed" and not (row["s_per_step"] or 0) > 0 \
+            and still_compiling(rec) is None:
         raise StoreError("a run that did not fail measured no step time (fewer than 2 steps?)")
     shape = rec.get("fingerprint", {}).get("input_shape") or []
     row.update(recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

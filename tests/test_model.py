@@ -980,6 +980,70 @@ def test_a_compiler_never_measured_for_the_workload_pays_its_measured_warm_up():
     assert stock.measured and p.seconds < 0.7 * stock.seconds  # faster per step
 
 
+def test_a_compilation_its_cap_stopped_is_remembered_as_at_least_that_long():
+    """A search's trial was stopped at its time cap while torch.compile was still compiling
+    MNIST-CNN, 300 s into its training (ResNet-18 compiled in 60 s).  The store keeps that
+    trial, not as a measurement; the next plan charges the compiled candidates at least
+    that warm-up here, says why, and hands the figure to the search: a job the 60 s would
+    have paid for stays eager.  Only where it happened (not in another image), and only
+    till a run there measures that compiler's warm-up."""
+    df = compiled_only_elsewhere()
+    req = mnist_request()
+
+    def capped(**update):
+        rec = {"status": "capped", "config": {"compiler": "torch.compile:default"},
+               "error": {"type": "TimeCap", "knob": None, "message": "stopped at its time cap"},
+               "metrics": {"steps": 1, "wall_s": 303.0, "startup_s": 3.0, "s_per_step": None}}
+        return row("mnist-cnn", "torch.compile:default", 2, "glibc", "fp32", 1.0) | {
+            "status": "capped", "s_per_step": None, "steps_per_s": None, "fingerprint": None,
+            "source": "autotune", "run_id": "trial-1", "raw": json.dumps(rec),
+            "recorded_at": "2026-11-23T00:00:00+00:00"} | update
+
+    def plan(steps, *extra):
+        data = pd.concat([df, pd.DataFrame(list(extra))], ignore_index=True) if extra else df
+        r = req.model_copy(update={"application": req.application.model_copy(
+            update={"steps": steps})})
+        return make_plan(r, predictor=predictor_for(data), run_id="t").plan
+
+    def compiled(p):
+        return next(c.prediction for c in p.candidates
+                    if c.configuration.compiler and c.configuration.threads == 2
+                    and c.configuration.allocator == Allocator.glibc
+                    and c.configuration.precision == Precision.fp32)
+
+    def stock(p):
+        return next(c.prediction for c in p.candidates if not c.configuration.compiler
+                    and c.configuration.threads == 2
+                    and c.configuration.allocator == Allocator.glibc
+                    and c.configuration.precision == Precision.fp32)
+
+    def best(p, on):
+        return min(c.prediction.seconds for c in p.candidates if c.prediction
+                   and bool(c.configuration.compiler) == on)
+
+    before = plan(1000)
+    gain = best(before, False) - best(before, True)
+    steps = int(150 / gain)  # (the compiler gains 150 s over them: more than 60, not 300)
+    assert plan(steps).chosen.compiler == "torch.compile:default"
+    after = plan(steps, capped())
+    assert after.decided_by == "model" and after.chosen.compiler is None
+    p = compiled(after)
+    assert p.warmup_s == pytest.approx(300.0) and p.compiling_s == pytest.approx(300.0)
+    assert "warm-up at least 300 s: a trial here (trial-1) was still compiling after that" \
+        in p.source
+    assert stock(after).compiling_s is None
+    # the row is no measurement: the workload's fingerprint is still its runs'
+    assert p.seconds == pytest.approx(compiled(plan(steps)).seconds)
+    # in another image it says nothing
+    elsewhere = compiled(plan(steps, capped(image="pytorch-2.13.0-cpu-src")))
+    assert elsewhere.compiling_s is None and elsewhere.warmup_s == pytest.approx(60.0)
+    # a later run there that measured the compiler's warm-up (80 s) lifts it
+    ran = row("mnist-cnn", "torch.compile:default", 2, "jemalloc", "fp32", 0.05) | {
+        "compile_s": 80.0, "recorded_at": "2026-11-24T00:00:00+00:00"}
+    lifted = compiled(plan(steps, capped(), ran))
+    assert lifted.compiling_s is None and lifted.warmup_s == pytest.approx(80.0)
+
+
 def test_a_job_that_states_no_steps_is_as_long_as_its_last_full_run():
     """A user's script takes its own step argument (``--iters 200``), which MODAK cannot
     read: the job's length is then the steps its last deploy under the same script and

@@ -1129,8 +1129,10 @@ def test_the_time_cap_stops_a_trial_even_inside_a_step(tmp_path):
     """MODAK_MAX_SECONDS ends the run where it is: a step that stalls is cut at the cap
     (the script would sleep 120 s), recorded as capped with nothing measured and why, and
     the compiler asked for is not refused for it (its trial ran out of time; the script
-    did not fail): the store does not keep such a record.  Where the steps are quick, the
-    cap ends the run after a measured stretch of them."""
+    did not fail).  The store keeps it as how long the compiler ran at least (its
+    training's time, start-up left out), never as a measurement; uncompiled, it keeps
+    nothing.  Where the steps are quick, the cap ends the run after a measured stretch of
+    them."""
     need("torch")
     script = tmp_path / "stall.py"
     script.write_text(STALLING)
@@ -1148,10 +1150,19 @@ def test_the_time_cap_stops_a_trial_even_inside_a_step(tmp_path):
     assert "torch.compile:default compiles" in rec["error"]["message"]
     assert rec["effect"]["stopped_by"] == "MODAK_MAX_SECONDS"
     assert "compiler" not in rec["not_applied"] and rec["effect"]["compiled"] is None
-    from modak_lib.results import kept
-    assert not kept(rec)
+    from modak_lib.results import kept, still_compiling
+    ran = still_compiling(rec)
+    assert kept(rec) and 0 < ran < rec["metrics"]["wall_s"]
+    assert ran == pytest.approx(rec["metrics"]["wall_s"] - rec["metrics"]["startup_s"])
+    row = row_from_fom(rec, source="autotune")
+    assert row["status"] == "capped" and row["s_per_step"] is None
+    from modak_lib.perf.fit import training_frame
+    import pandas as pd
+    assert training_frame(pd.DataFrame([row])).empty  # (a bound, not a measurement)
+    eager = {**rec, "config": {**rec["config"], "compiler": "off"}}
+    assert still_compiling(eager) is None and not kept(eager)
     with pytest.raises(Exception, match="measured no step time"):
-        row_from_fom(rec, source="autotune")  # (the recorder does not offer it: kept())
+        row_from_fom(eager, source="autotune")  # (the recorder does not offer it: kept())
 
     rc, out, rec, err = run(script, "1000000", "-1", env={"MODAK_MAX_SECONDS": "8"})
     assert rc == 0, err

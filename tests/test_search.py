@@ -640,6 +640,56 @@ def test_which_compilations_a_capped_one_rules_out():
         assert search_module.compiling_in(jem, [t], 9.9) is None, t
 
 
+def test_a_compilation_an_earlier_search_stopped_is_not_tried_at_a_cap_as_short():
+    """The next deploy of the user's diffusion MLP: its plan says an earlier search's trial
+    of torch.compile here was stopped at its cap 30 s into its training
+    (``Prediction.compiling_s``, from the store), and the deploy's search takes it from
+    the plan (kept with its state between rounds): the compiled candidates are not given
+    a share as short again, which their 60 s compilation would fill, measuring nothing.
+    A share 1.5x as long tries them; without the earlier trial they are tried and stopped."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    figures = {STOCK: [0.1] * 8, TCMALLOC: [0.09] * 8, COMPILE: [0.05] * 8}
+    kw = dict(job_steps=3000, budget_s=60.0, first_steps=10)
+    run, seen, caps = _compiling(figures, compiled=(COMPILE,), clocked=True)
+    fresh = search([COMPILE, TCMALLOC], STOCK, run, **kw)
+    assert COMPILE in seen and fresh.verdicts[COMPILE.label()].startswith(
+        "failed: stopped at its time cap")
+    share = next(cap for c, cap in caps if c == COMPILE)
+    run, seen, caps = _compiling(figures, compiled=(COMPILE,), clocked=True)
+    earlier = search_module.compiled_earlier(COMPILE, 30.0)
+    out = search([COMPILE, TCMALLOC], STOCK, run, earlier=[earlier], **kw)
+    assert COMPILE not in seen and out.chosen == TCMALLOC
+    assert out.verdicts[COMPILE.label()] == (
+        "not tried: compiler=torch.compile:default was still compiling this script when an "
+        f"earlier search's trial of {COMPILE.label()} here stopped at its cap, 30.0 s into "
+        f"its run; this trial's share, {share:.1f} s, is not 1.5x that")
+    run, seen, caps = _compiling(figures, compiled=(COMPILE,), clocked=True)
+    search([COMPILE, TCMALLOC], STOCK, run,
+           earlier=[search_module.compiled_earlier(COMPILE, share / 1.6)], **kw)
+    assert COMPILE in seen
+    assert search_module.compiled_earlier(STOCK, 30.0) is None
+    assert search_module.compiled_earlier(COMPILE, None) is None
+    # from the plan, through the deploy's action, and kept between its rounds
+    plan = {"steps": 3000, "autotune": [c.model_dump(mode="json") for c in (STOCK, COMPILE)],
+            "candidates": [{"configuration": c.model_dump(mode="json"), "score": 1.0,
+                            "prediction": {"seconds": 0.1, "compiling_s": bound}}
+                           for c, bound in ((STOCK, None), (COMPILE, 30.0))]}
+    args = {"candidates": 3, "budget_fraction": 0.1, "job_steps": 0, "first_steps": 10,
+            "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": 10.0,
+            "min_gain": 0.03, "scatter": TRIAL_SCATTER}
+    h, _ = ActionModule._start(plan, args, Configuration)
+    h = Halving.from_state(json.loads(json.dumps(h.state())))
+    assert [(t.configuration, t.runtime_s, t.capped) for t in h.earlier] == [
+        (COMPILE, 30.0, True)]
+    h.record([Trial(STOCK, 10, 0.1, 0.1, 4.1, 1.5, startup_s=3.0, runtime_s=4.0)])
+    assert h.skip(COMPILE, [])
+
+
 def test_stocks_second_trial_is_capped_at_what_the_budget_has_left():
     """Seen in the held-out benchmark: ResNet-50's search spent 77 s of its 76 s budget,
     its uncapped second stock trial (run to confirm a choice made on one round) 1.5 s

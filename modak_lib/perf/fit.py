@@ -69,11 +69,26 @@ def training_frame(df):
             df[col] = np.nan
     if "status" in df:  # failed runs stay in the store (never chosen again), not in the fit
         df = df[df["status"].fillna("ok") != "failed"].copy()
+        # nor do trials stopped while compiling (results.still_compiling): they measured no
+        # step time, only how long a compilation ran at least (workload_table's ``compiling``)
+        df = df[~untimed_caps(df)].copy()
     bad = ~(df["s_per_step"].astype(float) > 0)
     if bad.any():
         raise ModelError(f"{int(bad.sum())} measurements have no positive s_per_step")
     df["y"] = np.log(df["s_per_step"].astype(float)) - round_shift(df)
     return df
+
+
+def untimed_caps(df):
+    """Per row of a store frame, whether it is a trial its time cap stopped before it
+    measured a step time (status ``capped``: ``results.still_compiling``'s)."""
+    import pandas as pd
+
+    if "status" not in df:
+        return pd.Series(False, index=df.index)
+    timed = pd.to_numeric(df.get("s_per_step", pd.Series(None, index=df.index, dtype=float)),
+                          errors="coerce") > 0
+    return (df["status"].fillna("ok") == "capped") & ~timed
 
 
 STOCK = F.STOCK
@@ -1077,9 +1092,11 @@ def workload_table(df) -> list[dict[str, Any]]:
     ident = d["workload_key"].astype(object).where(
         d["workload_key"].notna(), "label:" + d["workload"].astype(str) + "/"
         + d["framework"].astype(str) + "/" + d["batch_size"].astype(str))
+    d["_untimed"] = untimed_caps(d)
     out = []
     for _, g in d.groupby(ident, sort=True):
-        ok = g[g["status"] != "failed"]
+        ran = g[g["status"] != "failed"]
+        ok = ran[~ran["_untimed"]]  # (a trial capped while compiling may have no fingerprint)
         last = (ok if len(ok) else g).iloc[-1]
         entry = {k: _plain(last[k]) for k in ("workload_key", "workload", "fingerprint",
                                               "framework", "trainable_parameters",
@@ -1090,15 +1107,18 @@ def workload_table(df) -> list[dict[str, Any]]:
         jobs = ok[(ok["source"] == "deploy") & (pd.to_numeric(ok["steps"], errors="coerce") > 0)]
         entry["job_steps"] = int(jobs["steps"].iloc[-1]) if len(jobs) else None
         entry["job_run"] = _plain(jobs["run_id"].iloc[-1]) if len(jobs) else None
-        epochs = pd.to_numeric(ok["steps_per_epoch"], errors="coerce").dropna()
+        epochs = pd.to_numeric(ran["steps_per_epoch"], errors="coerce").dropna()
         epochs = epochs[epochs > 0]
         entry["steps_per_epoch"] = int(epochs.iloc[-1]) if len(epochs) else None
         refused: dict[tuple, Optional[dict[str, Any]]] = {}
         failed: dict[tuple, Optional[dict[str, Any]]] = {}
         plain_failed: dict[tuple, bool] = {}  # per place: its latest run under no knob failed
+        compiling: dict[tuple, Optional[dict[str, Any]]] = {}
         for r in g.to_dict("records"):
             where = F.place(r)
             spot = tuple(where.values())
+            if _compiling(r, where, spot, compiling):
+                continue  # (it neither applied a knob nor ran the configuration through)
             switched = {k: v for k in F.KNOBS if (v := F.knob_value(r, k)) is not None}
             plain = not switched
             if plain:
@@ -1129,8 +1149,34 @@ def workload_table(df) -> list[dict[str, Any]]:
                                    if own else None)
         entry["not_applied"] = [v for v in refused.values() if v]
         entry["failed"] = [v for v in failed.values() if v]
+        entry["compiling"] = [v for v in compiling.values() if v]
         out.append(entry)
     return out
+
+
+def _compiling(r: dict[str, Any], where: dict[str, Any], spot: tuple,
+               bounds: dict[tuple, Optional[dict[str, Any]]]) -> bool:
+    """Keep in ``bounds`` (per compiler and place) how long a compilation of the workload
+    ran at least there: the longest that its trials stopped while compiling ran
+    (``results.still_compiling``), till a later run there under the same compiler measured
+    a step time (its warm-up is then measured).  Whether ``r`` is such a trial."""
+    from ..results import still_compiling
+
+    compiler = str(_plain(r.get("compiler")) or "off")
+    key = (compiler, spot)
+    if not r["_untimed"]:
+        if compiler != "off" and r["status"] != "failed":
+            bounds[key] = None
+        return False
+    try:
+        ran = still_compiling(json.loads(r["raw"]))
+    except (TypeError, ValueError, AttributeError):
+        ran = None
+    now = bounds.get(key)
+    if ran and (now is None or ran > now["ran_s"]):
+        bounds[key] = {"compiler": compiler, **where, "ran_s": round(ran, 1),
+                       "run_id": _plain(r["run_id"])}
+    return True
 
 
 def stale(meta: dict[str, Any]) -> Optional[str]:

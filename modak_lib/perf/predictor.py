@@ -83,6 +83,21 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
     return rows
 
 
+def still_compiling(workload: dict[str, Any], row: dict[str, Any]
+                    ) -> Optional[dict[str, Any]]:
+    """How long a compilation of ``workload`` under ``row``'s compiler ran at least at
+    ``row``'s place (the workload table's ``compiling``: its longest trial there stopped
+    while compiling, since the last run there that measured that compiler's warm-up), or
+    None."""
+    compiler = str(row.get("compiler") or "off")
+    if compiler == "off":
+        return None
+    here = F.place(row)
+    hits = [b for b in workload.get("compiling") or ()
+            if b.get("compiler") == compiler and F.same_place(b, here, host_for_all=False)]
+    return max(hits, key=lambda b: b["ran_s"]) if hits else None
+
+
 def encode(spec: dict[str, Any], cats: list[str], nums: list[float]) -> list[float]:
     """A pipeline's inputs as ``fit`` exported them: the categories one-hot, the numbers
     less their mean over their scale."""
@@ -376,9 +391,16 @@ class FastPredictor:
                 warm, whose = self._warmup(row, same)
                 if warm:
                     how += f"; warm-up {warm:.3g} s, as measured {whose}"
+                bound = still_compiling(w, row)
+                if bound and bound["ran_s"] > (warm or 0.0):
+                    warm = bound["ran_s"]
+                    how += (f"; warm-up at least {warm:.3g} s: a trial here "
+                            f"({bound.get('run_id') or 'an earlier run'}) was still compiling "
+                            "after that")
                 out.append(Prediction(seconds=mid, low=mid * math.exp(-Z90 * sigma),
                                       high=mid * math.exp(Z90 * sigma), source=how,
-                                      warmup_s=warm))
+                                      warmup_s=warm,
+                                      compiling_s=bound["ran_s"] if bound else None))
         return out
 
     @staticmethod

@@ -328,7 +328,8 @@ def compiling_in(configuration: Configuration, done: Sequence[Trial],
     compiling), having run less than ``cap`` / :data:`RECOMPILE_SHARE` on the runtime's
     clock.  A user's diffusion MLP here: torch.compile capped at 9.5 s after one step, and
     the same compilation with jemalloc was then capped at 9.9 s, both measuring nothing.
-    A trial that recorded no clock (``runtime_s``) says nothing."""
+    A trial that recorded no clock (``runtime_s``) says nothing.  ``done`` may hold an
+    earlier search's such trials (:func:`compiled_earlier`)."""
     if not configuration.compiler or cap is None:
         return None
     for t in done:
@@ -337,11 +338,25 @@ def compiling_in(configuration: Configuration, done: Sequence[Trial],
                 and c.compiler == configuration.compiler
                 and t.runtime_s > t.startup_s
                 and cap < RECOMPILE_SHARE * t.runtime_s):
+            which = (f"the trial of {c.label()}" if t.round >= 0 else
+                     f"an earlier search's trial of {c.label()} here")
             return (f"not tried: compiler={c.compiler} was still compiling this script when "
-                    f"the trial of {c.label()} stopped at its cap, {t.runtime_s:.1f} s into "
-                    f"its run; this trial's share, {cap:.1f} s, is not "
-                    f"{RECOMPILE_SHARE:g}x that")
+                    f"{which} stopped at its cap, {t.runtime_s:.1f} s into its run; this "
+                    f"trial's share, {cap:.1f} s, is not {RECOMPILE_SHARE:g}x that")
     return None
+
+
+def compiled_earlier(configuration: Configuration, ran_s: Optional[float]
+                     ) -> Optional[Trial]:
+    """An earlier search's trial, stopped at its time cap while ``configuration``'s compiler
+    was still compiling the script ``ran_s`` seconds into its training (the plan's
+    ``Prediction.compiling_s``, from the results store), as :func:`compiling_in` reads a
+    trial: a search that gave the same compilation a share as short measured nothing
+    again (round -1: not one of this search's)."""
+    if not configuration.compiler or not ran_s or ran_s <= 0:
+        return None
+    return Trial(configuration, 0, None, failed="stopped at its time cap while compiling",
+                 round=-1, capped=True, runtime_s=float(ran_s))
 
 
 @dataclass
@@ -488,8 +503,11 @@ class Halving:
                  budget_fraction: Optional[float] = None, trial_overhead_s: float = 0.0,
                  s_per_step: Optional[float] = None, min_gain: float = MIN_GAIN,
                  walltime_s: Optional[float] = None, scatter: float = TRIAL_SCATTER,
-                 epochs: Optional[int] = None):
+                 epochs: Optional[int] = None, earlier: Sequence[Trial] = ()):
         self.stock, self.job_steps, self.budget_s = stock, job_steps or None, budget_s
+        # trials of earlier searches that their caps stopped while compiling
+        # (:func:`compiled_earlier`): a compiled candidate's share must be longer
+        self.earlier = list(earlier)
         self.walltime_s, self.epochs = walltime_s, epochs or None
         self.min_gain, self.scatter = min_gain, scatter
         self.budget_fraction = budget_fraction
@@ -604,7 +622,8 @@ class Halving:
         planning its trial failed in the middle of the deploy).  Nor a compiled candidate
         whose compiler an earlier trial in its image was still running when its cap stopped
         it, where this one's cap is not :data:`RECOMPILE_SHARE` times as long
-        (:func:`compiling_in`): its share goes to the candidates after it."""
+        (:func:`compiling_in`), or an earlier search's trial of it here
+        (:func:`compiled_earlier`): its share goes to the candidates after it."""
         if configuration == self.stock:
             return None
         why = refused_in(configuration, done)
@@ -613,7 +632,7 @@ class Halving:
         earlier = self.last.get(configuration)
         if earlier is not None and earlier.s_per_step is not None:
             return None  # (capped, it keeps what it measured: see ``record``)
-        why = compiling_in(configuration, [*self.out.trials, *done],
+        why = compiling_in(configuration, [*self.earlier, *self.out.trials, *done],
                            self.cap(configuration, done))
         if why:
             return why
@@ -994,6 +1013,7 @@ class Halving:
                 "finished": self.finished,
                 "confirming": self.confirming, "confirmed": self.confirmed,
                 "confirm": None if self.confirm is None else trial(self.confirm),
+                "earlier": [trial(t) for t in self.earlier],
                 "pool": [c.model_dump(mode="json") for c in self.pool],
                 "rounds": self.out.rounds, "spent_s": self.out.spent_s,
                 "verdicts": self.out.verdicts, "trials": [trial(t) for t in self.out.trials],
@@ -1009,7 +1029,8 @@ class Halving:
                 trial_overhead_s=st.get("trial_overhead_s", 0.0),
                 s_per_step=st.get("s_per_step"), min_gain=st.get("min_gain", MIN_GAIN),
                 walltime_s=st.get("walltime_s"), scatter=st.get("scatter", TRIAL_SCATTER),
-                first_steps=st.get("first_steps", st["steps"]), epochs=st.get("epochs"))
+                first_steps=st.get("first_steps", st["steps"]), epochs=st.get("epochs"),
+                earlier=[trial(d) for d in st.get("earlier", ())])
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.held = [Configuration(**c) for c in st.get("held", [])]
         h.steps, h.finished = st["steps"], st["finished"]
@@ -1029,16 +1050,18 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
            max_rounds: int = 4, budget_fraction: Optional[float] = None,
            trial_overhead_s: float = 0.0, s_per_step: Optional[float] = None,
            min_gain: float = MIN_GAIN, walltime_s: Optional[float] = None,
-           scatter: float = TRIAL_SCATTER, epochs: Optional[int] = None) -> Outcome:
+           scatter: float = TRIAL_SCATTER, epochs: Optional[int] = None,
+           earlier: Sequence[Trial] = ()) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring.  ``run(configuration, steps, cap)`` runs
     one trial, stopping it after ``cap`` seconds (None: no cap) as the runtime does with
-    ``MODAK_MAX_SECONDS``."""
+    ``MODAK_MAX_SECONDS``; ``earlier``: earlier searches' trials stopped while compiling
+    (:func:`compiled_earlier`)."""
     h = Halving(candidates, stock, job_steps=job_steps, budget_s=budget_s,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
                 max_rounds=max_rounds, budget_fraction=budget_fraction,
                 trial_overhead_s=trial_overhead_s, s_per_step=s_per_step, min_gain=min_gain,
-                walltime_s=walltime_s, scatter=scatter, epochs=epochs)
+                walltime_s=walltime_s, scatter=scatter, epochs=epochs, earlier=earlier)
     while True:
         step = h.next_round()
         if step is None:

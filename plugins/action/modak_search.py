@@ -124,7 +124,7 @@ class ActionModule(ActionBase):
         """A new search: the plan's proposed trials (else its top candidates, as
         ``search.first_round`` takes them) and stock; the job's steps and the budget from
         what the plan knows."""
-        from modak_lib.perf.search import Halving, first_round
+        from modak_lib.perf.search import Halving, compiled_earlier, first_round
         from modak_lib.planner import stock_configuration
 
         ranked = [Configuration(**c["configuration"]) for c in plan["candidates"]]
@@ -164,6 +164,10 @@ class ActionModule(ActionBase):
             if epochs:
                 length = ("%d epochs, as many steps as an epoch makes in stock's first trial; "
                           "till then %s" % (epochs, length))
+        # (a compilation an earlier search's trial here was stopped in: its share must be
+        # longer this time)
+        earlier = [t for t in (compiled_earlier(c, (p.get("prediction") or {}).get("compiling_s"))
+                               for c, p in zip(ranked, plan["candidates"])) if t is not None]
         budget = args["budget_fraction"] * expected
         how = ("%.0f s: %.0f%% of the job's expected %.0f s (%s)" % (
             budget, 100 * args["budget_fraction"], expected, length)
@@ -173,7 +177,7 @@ class ActionModule(ActionBase):
                        loss_tolerance=args["loss_tolerance"], budget_fraction=rebase,
                        trial_overhead_s=args["trial_overhead_s"], s_per_step=per_step,
                        min_gain=args["min_gain"], walltime_s=wall,
-                       scatter=args["scatter"], epochs=epochs), how
+                       scatter=args["scatter"], epochs=epochs, earlier=earlier), how
 
     @staticmethod
     def _trial(rec, Trial, Configuration, stock):

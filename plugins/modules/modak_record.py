@@ -95,7 +95,8 @@ measured:
       runtime measured them, null where it could not, which set the length of a job stated
       in epochs). Null when it measured no step
       time, except for a trial stopped at its time cap before it measured one (status
-      capped, not stored), whose s_per_step is null and whose steps, startup_s and
+      capped; stored only where it was compiled, as how long its compilation ran at
+      least, never as a measurement), whose s_per_step is null and whose steps, startup_s and
       runtime_s say how far it got (the search judges by them whether another trial of the
       same compiler can finish compiling within its cap).
   returned: always

@@ -13,6 +13,7 @@ import csv
 import gzip
 import io
 import json
+import math
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
@@ -102,7 +103,7 @@ def still_compiling(rec: dict[str, Any]) -> Optional[float]:
         ran = float(m["wall_s"]) - float(m["startup_s"])
     except (KeyError, TypeError, ValueError):  # (stopped before its training began)
         return None
-    return ran if ran > 0 else None
+    return ran if 0 < ran < math.inf else None
 
 
 def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = None,

@@ -1161,6 +1161,8 @@ def test_the_time_cap_stops_a_trial_even_inside_a_step(tmp_path):
     assert training_frame(pd.DataFrame([row])).empty  # (a bound, not a measurement)
     eager = {**rec, "config": {**rec["config"], "compiler": "off"}}
     assert still_compiling(eager) is None and not kept(eager)
+    for wall in (float("inf"), float("nan"), "soon", rec["metrics"]["startup_s"]):
+        assert still_compiling({**rec, "metrics": {**rec["metrics"], "wall_s": wall}}) is None
     with pytest.raises(Exception, match="measured no step time"):
         row_from_fom(eager, source="autotune")  # (the recorder does not offer it: kept())
 

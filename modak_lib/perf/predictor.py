@@ -83,7 +83,7 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
     return rows
 
 
-def still_compiling(workload: dict[str, Any], row: dict[str, Any]
+def compiling_bound(workload: dict[str, Any], row: dict[str, Any]
                     ) -> Optional[dict[str, Any]]:
     """How long a compilation of ``workload`` under ``row``'s compiler ran at least at
     ``row``'s place (the workload table's ``compiling``: its longest trial there stopped
@@ -391,7 +391,7 @@ class FastPredictor:
                 warm, whose = self._warmup(row, same)
                 if warm:
                     how += f"; warm-up {warm:.3g} s, as measured {whose}"
-                bound = still_compiling(w, row)
+                bound = compiling_bound(w, row)
                 if bound and bound["ran_s"] > (warm or 0.0):
                     warm = bound["ran_s"]
                     how += (f"; warm-up at least {warm:.3g} s: a trial here "

@@ -16,6 +16,7 @@ The planner touches no files and no network: it returns plain data.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Optional, Protocol, Sequence
 
@@ -290,20 +291,36 @@ def _has_loss(x: StepLosses) -> bool:
     return x.loss is not None or x.end_loss is not None
 
 
+def _diverged(p: Optional[Prediction]) -> Optional[str]:
+    """Where a measured prediction's runs ended some number of steps with a loss that is
+    not finite (``results.DIVERGED``): what it was, and after how many steps (None where
+    none did).  A job's loss can blow up long after its trials, which compared it with
+    stock's after their few steps; no run of stock as long compares with it."""
+    if p is None or not p.measured:
+        return None
+    for x in sorted(_by_steps(p).values(), key=lambda x: x.steps):
+        for v in (x.loss, x.end_loss):
+            if v is not None and not math.isfinite(v):
+                return (f"its loss was {v} after {x.steps} steps, where stock's runs' never "
+                        "was: it changes the result")
+    return None
+
+
 def _reject_changed_results(configs: Sequence[Configuration],
                             predictions: list[Optional[Prediction]],
                             stock: Optional[Configuration]):
     """Measured candidates whose loss was worse than stock's after as many steps beyond
     LOSS_TOLERANCE, at any number of steps both ran, lose their prediction: a speed-up
-    that changes the result is none."""
+    that changes the result is none.  So do those whose loss was not finite after any
+    number of steps, where stock's never was (:func:`_diverged`)."""
     from .perf.search import Trial, changes_result
 
     by_config = dict(zip(configs, predictions))
     base = by_config.get(stock) if stock is not None else None
     out, rejected = [], []
     for cfg, p in zip(configs, predictions):
-        why = None
-        for mine, ref in (_loss_pairs(p, base) if cfg != stock else ()):
+        why = _diverged(p) if cfg != stock and not _diverged(base) else None
+        for mine, ref in (_loss_pairs(p, base) if cfg != stock and not why else ()):
             why = changes_result(
                 Trial(cfg, mine.steps, p.seconds, final_loss=mine.loss, end_loss=mine.end_loss),
                 Trial(stock, ref.steps, base.seconds, final_loss=ref.loss,

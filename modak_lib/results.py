@@ -37,6 +37,10 @@ SHIPPED_DATASETS = (SHIPPED, CAMPAIGN)
 COLUMNS: dict[str, str] = {name: sql for name, (sql, _) in record.STORE_COLUMNS.items()}
 # the columns a store or CSV older than them gets from each row's record (its losses)
 DERIVED = record.LOSS_FIGURES
+# a run's losses where training had got to: SQLite keeps no NaN (it stores NULL, which reads
+# as a run that had no loss at all), so a loss that became NaN (a reduced precision's
+# overflow, late in a job) is kept as infinite, a result changed beyond any tolerance
+DIVERGED = ("final_loss", "end_loss")
 _INT = {k for k, v in COLUMNS.items() if v.startswith("INTEGER")}
 _REAL = {k for k, v in COLUMNS.items() if v.startswith("REAL")}
 parse_fom_lines = record.parse_lines
@@ -248,6 +252,8 @@ class ResultsStore:
                 value = int(float(value))
             elif key in _REAL:
                 value = float(value)
+                if key in DIVERGED and value != value:
+                    value = math.inf
             out[key] = value
         for c in DERIVED:  # (a CSV written before the column was)
             if out[c] is None and out["raw"]:

@@ -1599,3 +1599,71 @@ def test_the_deploys_search_takes_the_libraries_margins_unless_told_otherwise():
     play = yaml.safe_load((ROOT / "playbooks/tasks/search.yml").read_text())
     args = next(t["modak.modak.modak_search"] for t in play if "modak.modak.modak_search" in t)
     assert "omit" in args["scatter"] and "default(" not in args["scatter"]
+
+
+
+def test_a_candidate_whose_job_lost_its_loss_is_not_offered_again(tmp_path):
+    """bf16 kept the loss in the search's 8-step trials beside stock and was chosen; the
+    job's loss then became NaN after 60 of its 100 steps (as the runtime recorded a real
+    run of such a script).  The store keeps that loss as infinite (SQLite has no NaN: it
+    stored NULL, a run with no loss at all), its runs' losses by steps carry it, and the
+    next plan does not offer bf16 again, though no run of stock is as long to compare it
+    with.  Where stock's runs also lost their loss (the script's own divergence), it is
+    judged as before."""
+    from modak_lib.models import Prediction, StepLosses
+    from modak_lib.perf.fit import losses_by_steps
+    from modak_lib.planner import decide
+    from modak_lib.results import ResultsStore, load_frame, row_from_fom
+
+    late = [[s, 20.0 / s if s <= 60 else float("nan")] for s in range(1, 101)]
+    rec = {"modak": "fom", "schema": 2, "status": "ok", "workload": "late", "script": "late.py",
+           "framework": "pytorch", "config": {"compiler": "off", "precision": "bf16",
+                                              "allocator": "glibc", "threads": 2,
+                                              "channels_last": False, "onednn": True},
+           "host": {"cores": 2, "microarchitecture": "zen4"}, "error": None,
+           "fingerprint": {"id": "fp-late", "batch_size": 32},
+           "metrics": {"steps": 100, "s_per_step": 0.007, "losses": late,
+                       "final_loss": float("nan"), "end_loss": float("nan"),
+                       "start_loss": 20.0}}
+    store = ResultsStore(tmp_path / "store.sqlite")
+    store.append([row_from_fom(rec, source="deploy", run_id="job-bf16")])
+    (stored,) = store.rows()
+    assert stored["final_loss"] == float("inf") and stored["end_loss"] == float("inf")
+    assert stored["start_loss"] == 20.0
+    frame = load_frame(store, include_shipped=False)
+    (by_steps,) = losses_by_steps(frame, [0]).values()
+    assert by_steps == [{"steps": 100, "loss": float("inf"), "end_loss": float("inf"),
+                         "start_loss": 20.0}]
+
+    class Runs(Measured):  # stock's and bf16's 8-step trials beside each other; bf16's job
+        def __init__(self, job, stock_job=None):
+            super().__init__({})
+            self.job, self.stock_job = job, stock_job
+
+        def predict(self, request, configs):
+            out = []
+            for c in configs:
+                if c.compiler or c.allocator.value != "glibc" or c.threads != 2:
+                    out.append(None)
+                    continue
+                bf16 = c.precision.value == "bf16"
+                runs = [StepLosses(steps=8, loss=2.5, end_loss=2.9, start_loss=20.0)]
+                extra = self.job if bf16 else self.stock_job
+                runs += [StepLosses(**extra)] if extra else []
+                s = 0.007 if bf16 else 0.010
+                out.append(Prediction(seconds=s, low=s, high=s, source="measured",
+                                      measured=True, losses=runs))
+            return out
+
+    request = lm_request(steps=100)
+    assert decide(request, Runs(None)).chosen.precision.value == "bf16"
+    job = {"steps": 100, **{k: v for k, v in by_steps[0].items() if k != "steps"}}
+    after = decide(request, Runs(job))
+    assert after.chosen.precision.value == "fp32", after.notes
+    assert any(n.startswith("not offered:") and "prec=bf16" in n
+               and "its loss was inf after 100 steps, where stock's runs' never was: it "
+               "changes the result" in n for n in after.notes), after.notes
+    # the script's own divergence: stock's job lost its loss too, and bf16 is judged by
+    # the runs that compare (the trials, where it kept the loss)
+    both = decide(request, Runs(job, stock_job={**job, "steps": 200}))
+    assert both.chosen.precision.value == "bf16", both.notes

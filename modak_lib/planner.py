@@ -301,8 +301,8 @@ def _diverged(p: Optional[Prediction]) -> Optional[str]:
     for x in sorted(_by_steps(p).values(), key=lambda x: x.steps):
         for v in (x.loss, x.end_loss):
             if v is not None and not math.isfinite(v):
-                return (f"its loss was {v} after {x.steps} steps, where stock's runs' never "
-                        "was: it changes the result")
+                return (f"its loss was {v} after {x.steps} steps, and no run of stock's "
+                        "lost its loss: it changes the result")
     return None
 
 

@@ -1661,8 +1661,8 @@ def test_a_candidate_whose_job_lost_its_loss_is_not_offered_again(tmp_path):
     after = decide(request, Runs(job))
     assert after.chosen.precision.value == "fp32", after.notes
     assert any(n.startswith("not offered:") and "prec=bf16" in n
-               and "its loss was inf after 100 steps, where stock's runs' never was: it "
-               "changes the result" in n for n in after.notes), after.notes
+               and "its loss was inf after 100 steps, and no run of stock's lost its loss: "
+               "it changes the result" in n for n in after.notes), after.notes
     # the script's own divergence: stock's job lost its loss too, and bf16 is judged by
     # the runs that compare (the trials, where it kept the loss)
     both = decide(request, Runs(job, stock_job={**job, "steps": 200}))

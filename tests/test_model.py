@@ -1044,6 +1044,25 @@ def test_a_compilation_its_cap_stopped_is_remembered_as_at_least_that_long():
     assert lifted.compiling_s is None and lifted.warmup_s == pytest.approx(80.0)
 
 
+def test_a_saved_models_card_keeps_a_loss_that_became_infinite(tmp_path):
+    """A run whose loss became NaN is stored with an infinite loss (``results.DIVERGED``);
+    the saved model's card keeps it infinite in its measured groups, which a plan reads
+    as they are where no run is newer than the fit (as null, the run read as one without a
+    loss, and a bf16 whose job diverged was chosen again after the job's refit)."""
+    from modak_lib.perf.predictor import FastPredictor
+
+    df = synthetic()
+    diverged = (df["precision"] == "bf16") & (df["workload"] == "mnist-cnn")
+    df.loc[diverged, "final_loss"] = float("inf")
+    df.loc[diverged, "steps"] = 100
+    path = tmp_path / "model.joblib"
+    m.fit(df, estimators=("linear",)).save(path)
+    fast = FastPredictor.load(path)
+    losses = [x["loss"] for g in fast.measured if g["precision"] == "bf16"
+              and g["workload"] == "mnist-cnn" for x in g["losses"]]
+    assert losses and all(v == float("inf") for v in losses)
+
+
 def test_a_job_that_states_no_steps_is_as_long_as_its_last_full_run():
     """A user's script takes its own step argument (``--iters 200``), which MODAK cannot
     read: the job's length is then the steps its last deploy under the same script and

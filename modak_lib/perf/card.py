@@ -8,8 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class ModelCard(BaseModel):
     """A fitted performance model's description: what it learned from, how well it
-    predicts what it was not fitted on, and what the fast predictor evaluates (``light``)."""
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    predicts what it was not fitted on, and what the fast predictor evaluates (``light``).
+    An infinite figure is written as JSON's ``Infinity`` (which Python's json reads back),
+    not as null: a measured group's loss that became NaN is kept as infinite
+    (``results.DIVERGED``), and as null the plan read the run as one without a loss."""
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
 
     model_id: str
     estimator: str

@@ -318,8 +318,9 @@ def _reject_changed_results(configs: Sequence[Configuration],
     by_config = dict(zip(configs, predictions))
     base = by_config.get(stock) if stock is not None else None
     out, rejected = [], []
+    stock_diverged = _diverged(base) is not None
     for cfg, p in zip(configs, predictions):
-        why = _diverged(p) if cfg != stock and not _diverged(base) else None
+        why = _diverged(p) if cfg != stock and not stock_diverged else None
         for mine, ref in (_loss_pairs(p, base) if cfg != stock and not why else ()):
             why = changes_result(
                 Trial(cfg, mine.steps, p.seconds, final_loss=mine.loss, end_loss=mine.end_loss),

@@ -126,8 +126,7 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
         row = record.flatten(rec)
     except (AttributeError, TypeError, ValueError) as exc:
         raise StoreError(f"not a figure-of-merit record MODAK can read ({exc})") from None
-    if row["status"] != "failed" and not (row["s_per_step"] or 0) > 0 \
-            and still_compiling(rec) is None:
+    if not kept(rec):
         raise StoreError("a run that did not fail measured no step time (fewer than 2 steps?)")
     shape = rec.get("fingerprint", {}).get("input_shape") or []
     row.update(recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -110,17 +110,42 @@ def still_compiling(rec: dict[str, Any]) -> Optional[float]:
     return ran if 0 < ran < math.inf else None
 
 
+def job_elapsed(text: str, run_id: Optional[str] = None) -> Optional[float]:
+    """The job's own clock around its launch in a job's output: ``elapsed_s`` of its job
+    line (``{"modak": "job", ...}``, of run ``run_id`` where given), which the job script
+    prints after the runtime's record; None where there is none after the last record (a
+    job killed before its end: a line the script printed is not it) or it is not a
+    non-negative number."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and parse_fom_lines(line):
+            return None
+        if not line.startswith('{"modak": "job",'):
+            continue
+        try:
+            rec = json.loads(line)
+            value = float(rec.get("elapsed_s"))
+        except (TypeError, ValueError, AttributeError):
+            return None
+        if run_id is not None and rec.get("run_id") != run_id:
+            return None
+        return value if math.isfinite(value) and value >= 0 else None
+    return None
+
+
 def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = None,
                  repeat: Optional[int] = None, image: Optional[str] = None,
                  target: Optional[str] = None, accelerator: Optional[str] = None,
                  microarchitecture: Optional[str] = None, cores: Optional[int] = None,
-                 probe: Optional[dict[str, Any]] = None) -> dict:
+                 probe: Optional[dict[str, Any]] = None,
+                 job_s: Optional[float] = None) -> dict:
     """One store row from a figure-of-merit record printed by the runtime (``modak_runtime``).
 
     ``microarchitecture`` and ``cores`` name the target as the planner knew it (a run inside
     a container may not see them); they replace what the run reported of its host.
     ``probe``: the target's probe record (``modak_runtime.probe``), whose figures the
-    performance model describes the target by.
+    performance model describes the target by.  ``job_s``: the job's clock around the
+    launch of the one run it made (:func:`job_elapsed`).
     """
     try:
         row = record.flatten(rec)
@@ -132,7 +157,7 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
     row.update(recorded_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                source=source, run_id=run_id, repeat=repeat, image=image or HOST_IMAGE,
                target=target, accelerator=accelerator,
-               image_size=shape[-2] if len(shape) >= 3 else None,
+               image_size=shape[-2] if len(shape) >= 3 else None, job_s=job_s,
                raw=json.dumps(rec, sort_keys=True))
     if microarchitecture:
         row["microarchitecture"] = microarchitecture
@@ -267,6 +292,22 @@ class ResultsStore:
         try:
             return {r[0] for r in con.execute("SELECT raw FROM measurements WHERE run_id = ?",
                                               (run_id,))}
+        finally:
+            con.close()
+
+    def trial_clocks(self, target: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The latest search trials at ``target`` that kept their job's clock (``job_s``)
+        and did not fail, newest first (at most ``limit``): their image, ``job_s`` and
+        record (``search.measured_overhead`` reads them)."""
+        if not self.path.exists():
+            return []
+        con = self._connect(create=False)
+        try:
+            con.row_factory = sqlite3.Row
+            return [dict(r) for r in con.execute(
+                "SELECT image, job_s, raw FROM measurements WHERE source = 'autotune' "
+                "AND target = ? AND job_s IS NOT NULL AND status != 'failed' "
+                "ORDER BY id DESC LIMIT ?", (target, limit))]
         finally:
             con.close()
 

@@ -182,7 +182,12 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "samples_per_s": ("REAL", "metrics.samples_per_s"), "compile_s": ("REAL", "metrics.warmup_s"),
     "peak_rss_mb": ("REAL", "metrics.peak_rss_mb"), "final_loss": ("REAL", "metrics.final_loss"),
     "end_loss": ("REAL", "metrics.end_loss"), "start_loss": ("REAL", "metrics.start_loss"),
-    "accuracy": ("REAL", "metrics.accuracy"), "raw": ("TEXT NOT NULL", None),
+    "accuracy": ("REAL", "metrics.accuracy"),
+    # the job's own clock around the launch (its job line's elapsed_s, through the job path:
+    # the container's start, the runtime's start-up), filled by the recorder where the
+    # job ran this one record: what a search's trial costs there besides its training
+    "job_s": ("REAL", None),
+    "raw": ("TEXT NOT NULL", None),
 }
 
 

@@ -529,6 +529,12 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
     assert len(trials) >= 2 and all(r["steps"] == 4 for r in trials)
     assert any(r["compiler"] == "off" and r["allocator"] == "glibc" and r["precision"] == "fp32"
                and r["threads"] == r["cores"] for r in trials)  # stock was measured
+    # each trial keeps its job's clock around the launch, longer than its training: what
+    # a later search here takes a trial's cost besides its training from (this first one,
+    # in a fresh store, assumed it)
+    clocks = [(r["job_s"], json.loads(r["raw"])["metrics"]) for r in trials]
+    assert all(job_s and job_s > m["wall_s"] - m["startup_s"] for job_s, m in clocks), clocks
+    assert "job path 10 s, assumed: no trial here has measured it yet" in proc.stdout
     (job,) = jobs
     assert job["steps"] == 12 and job["status"] == "ok"  # the whole job, uncapped
     plans = [json.loads(p.read_text()) for p in (tmp_path / "plans").glob("*/plan.json")]

@@ -322,6 +322,97 @@ def test_the_first_round_is_cut_to_what_its_budget_affords():
                for c in (BOTH, BF16, TCMALLOC))
 
 
+def _job_output(wall_s, startup_s, job_s, config=None, status="ok", s_per_step=0.06):
+    """A trial's job output as the job script leaves it: the runtime's record, then the
+    job line with the job's clock around the launch (a line the script printed that looks
+    like one comes before it)."""
+    from modak_runtime.record import Config, Metrics, Record
+    rec = Record(workload="seq", framework="pytorch", status=status, config=config or Config(),
+                 metrics=Metrics(steps=10, timed_steps=8, s_per_step=s_per_step,
+                                 startup_s=startup_s, wall_s=wall_s, final_loss=1.0),
+                 error={"type": "X", "message": "boom"} if status == "failed" else None)
+    return ('{"modak": "job", "run_id": "fake", "exit_code": 0, "elapsed_s": 999}\n'
+            + rec.to_json() + "\n"
+            + '{"modak": "job", "run_id": "r1", "exit_code": 0, "elapsed_s": %s}\n' % job_s)
+
+
+def test_the_first_round_is_cut_by_what_trials_here_cost_besides_their_training(tmp_path):
+    """Seen in a user's trial: a 3.5-minute job of their own script had a 21 s budget, and
+    its search ran no trial ("the budget affords 1 (11 s a trial)"), where its earlier
+    stock trial at that target had cost 3.8 s in all.  The store keeps a trial's job clock
+    (its job line's), and the first round is cut at what the latest trials at the target
+    took besides their training (run as this search's will be: outside any container
+    here), plus a compiler's predicted warm-up beyond stock's."""
+    pytest.importorskip("ansible")
+    from modak_lib.perf.features import HOST_IMAGE
+    from modak_lib.results import ResultsStore, job_elapsed, parse_fom_lines, row_from_fom
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    # the job's clock is its job line's, the last one (not one the script printed)
+    text = _job_output(2.9, 2.1, 3.9)
+    assert job_elapsed(text) == job_elapsed(text, "r1") == 3.9
+    assert job_elapsed(text, "r2") is None  # another run's
+    assert job_elapsed(text.rsplit("\n", 2)[0]) is None  # killed before its job line
+    assert job_elapsed(text.replace("3.9}", '"x"}')) is None
+    assert job_elapsed(text.replace("3.9}", "-1}")) is None
+    store = ResultsStore(tmp_path / "results.sqlite")
+
+    def keep(text, source="autotune", target="local", image=HOST_IMAGE):
+        (rec,) = parse_fom_lines(text)
+        store.append([row_from_fom(rec, source=source, run_id="r", target=target, image=image,
+                                   job_s=job_elapsed(text))])
+    keep(_job_output(2.9, 2.1, 3.9))           # 3.1 s besides its training
+    keep(_job_output(3.0, 2.0, 3.6))           # 2.6 s
+    keep(_job_output(3.0, 2.0, 4.0))           # 3.0 s: the median of the three
+    keep(_job_output(3.0, 2.0, 60.0), source="deploy")      # a job, not a trial
+    keep(_job_output(3.0, 2.0, 60.0), target="cluster")     # another target
+    keep(_job_output(3.0, 2.0, 60.0), image=IMAGE)          # in a container
+    keep(_job_output(3.0, 2.0, 60.0, status="failed"))      # a trial that failed
+    assert search_module.measured_overhead(store.trial_clocks("local"), False) == \
+        pytest.approx((3.0, 3))
+    assert search_module.measured_overhead(store.trial_clocks("local"), True) == \
+        pytest.approx((59.0, 1))
+    assert store.trial_clocks("nowhere") == []
+    # the user's job: 3200 steps at stock's predicted 0.065 s, a 20.8 s budget; the
+    # compiler's predicted warm-up 12.2 s, stock's 0.2 s
+    ranked = (STOCK, TCMALLOC, BF16, COMPILE)
+    warm = {COMPILE: 12.2}
+    plan = {"steps": 3200, "runtime": "none", "target": {"name": "local"},
+            "autotune": [c.model_dump(mode="json") for c in ranked],
+            "candidates": [{"configuration": c.model_dump(mode="json"), "score": 1.0,
+                            "prediction": {"seconds": 0.065, "warmup_s": warm.get(c, 0.2)}}
+                           for c in ranked]}
+    args = {"candidates": 3, "budget_fraction": 0.1, "job_steps": 0, "first_steps": 10,
+            "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": None,
+            "min_gain": 0.03, "scatter": TRIAL_SCATTER, "store": str(store.path)}
+    h, how = ActionModule._start(plan, args, Configuration)
+    assert how.endswith("a trial's start-up and job path 3.0 s, as the latest 3 earlier "
+                        "trials here took it (the median, of at most 5)")
+    # 3.65 s a trial: stock, tcmalloc and bf16 fit (11 s), the compiler's 12 s more do not
+    assert h.next_round() == ([STOCK, TCMALLOC, BF16], 10)
+    assert h.out.verdicts[COMPILE.label()] == ("not tried: the first round affords 3 trials "
+                                               "(4 s a trial, more for a compiler's warm-up, "
+                                               "21 s of budget)")
+    # and the state keeps the warm-ups for the rounds to come
+    again = Halving.from_state(json.loads(json.dumps(h.state())))
+    assert again.warmups == {COMPILE: pytest.approx(12.0)}
+    # in a container here, one trial measured 59 s besides its training: none fits
+    h, how = ActionModule._start({**plan, "runtime": "podman"}, args, Configuration)
+    assert h.next_round() is None and h.outcome().chosen == STOCK
+    assert "job path 59.0 s, as the latest 1 earlier trials" in how
+    # where no trial at the target kept its clock, 10 s is assumed, as before
+    h, how = ActionModule._start({**plan, "target": {"name": "new"}}, args, Configuration)
+    assert how.endswith("job path 10 s, assumed: no trial here has measured it yet")
+    assert h.next_round() is None
+    assert "the budget affords 1 (11 s a trial" in h.out.verdicts[STOCK.label()]
+    # and as set, whatever the store holds
+    h, how = ActionModule._start(plan, {**args, "trial_overhead_s": 10.0}, Configuration)
+    assert h.next_round() is None and "job path" not in how
+
+
 def test_what_the_first_rounds_cut_left_untried_runs_when_the_round_left_none():
     """The first round is cut on the predicted cost, and the budget then re-based on stock's
     measured job.  Seen with a user's MLP: predicted at 0.11 s a step, measured 0.19 s, the

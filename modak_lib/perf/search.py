@@ -31,8 +31,10 @@ Here:
 - **the budget** is a fraction of the job's expected run time (stock's), in seconds of
   trial wall time; a round that would exceed it is not started.  The first round runs
   without a measured cost to go by: it is cut to the candidates that fit the budget at an
-  estimated ``trial_overhead_s`` (start-up through the job path, warm-up) plus its steps
-  at the predicted ``s_per_step`` each, best-ranked first; where not even stock and one
+  estimated ``trial_overhead_s`` (start-up through the job path, warm-up: what earlier
+  trials at the target took besides their training, :func:`measured_overhead`, where
+  they were recorded) plus its steps at the predicted ``s_per_step`` and its predicted
+  warm-up beyond stock's (``warmups``: a compiler's) each, best-ranked first; where not even stock and one
   candidate fit, no trial runs and stock is kept (a job too short for trials to pay for
   themselves).  The first round measures stock, and with ``budget_fraction`` the budget is
   then re-based on stock's measured job time (the planner's estimate of it may be far off
@@ -99,11 +101,14 @@ tests and benchmarks run it here.  Every trial's record can go into the results 
 """
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 from ..models import Configuration
+from .features import HOST_IMAGE
 
 MIN_CAP_S = 1.0  # the shortest time cap: a candidate the budget cannot give it is not tried
 # how far past its time cap a capped trial may run: the runtime's alarm repeats every 0.25 s
@@ -491,6 +496,41 @@ def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str
     return None
 
 
+# the trials at a target whose cost besides their training the first round is estimated by
+# (the latest; one trial's start-up scatters, a target's job path changes)
+OVERHEAD_TRIALS = 5
+
+
+def measured_overhead(trials: Sequence[dict], in_container: bool
+                      ) -> Optional[tuple[float, int]]:
+    """What a search's trial costs at a target besides its training, as its earlier trials
+    there took it: the median, over the latest :data:`OVERHEAD_TRIALS` of them run as this
+    one will be (in a container or outside any, ``in_container``), of its job's clock
+    around the launch (``job_s``: the container's start, the runtime's start-up, the
+    script's own set-up) less the runtime's clock of its training (its wall clock less
+    its start-up), with how many there were; None where none was recorded.  ``trials``:
+    the store's rows of them, newest first (``ResultsStore.trial_clocks``).
+
+    Without it, the first round's cut took every trial to cost a fixed ten seconds: on this
+    project's own machine a trial outside any container cost 3 s, and a job of 3.5 minutes
+    whose budget afforded five trials was given none ("too short for trials to pay for
+    themselves"); behind a cluster's queue or in a container it can cost more."""
+    seen = []
+    for row in trials:
+        if (str(row.get("image") or HOST_IMAGE) != HOST_IMAGE) != in_container:
+            continue
+        try:
+            m = json.loads(row["raw"]).get("metrics") or {}
+            rest = float(row["job_s"]) - (float(m["wall_s"]) - float(m["startup_s"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        if math.isfinite(rest) and rest >= 0:
+            seen.append(rest)
+        if len(seen) == OVERHEAD_TRIALS:
+            break
+    return (statistics.median(seen), len(seen)) if seen else None
+
+
 class Halving:
     """The search as steps, so that a caller that cannot loop in Python (a playbook, round
     by round through the job path) can drive it: ``next_round()`` says which candidates to
@@ -503,7 +543,8 @@ class Halving:
                  budget_fraction: Optional[float] = None, trial_overhead_s: float = 0.0,
                  s_per_step: Optional[float] = None, min_gain: float = MIN_GAIN,
                  walltime_s: Optional[float] = None, scatter: float = TRIAL_SCATTER,
-                 epochs: Optional[int] = None, earlier: Sequence[Trial] = ()):
+                 epochs: Optional[int] = None, earlier: Sequence[Trial] = (),
+                 warmups: Optional[dict[Configuration, float]] = None):
         self.stock, self.job_steps, self.budget_s = stock, job_steps or None, budget_s
         # trials of earlier searches that their caps stopped while compiling
         # (:func:`compiled_earlier`): a compiled candidate's share must be longer
@@ -514,6 +555,9 @@ class Halving:
         # the first round's cost before anything is measured: per trial, this much plus
         # its steps at the predicted seconds per step
         self.trial_overhead_s, self.s_per_step = trial_overhead_s, s_per_step
+        # a candidate's predicted warm-up beyond stock's (a compiler's), which its first
+        # trial pays besides that
+        self.warmups = {c: s for c, s in (warmups or {}).items() if s and s > 0}
         self.eta, self.tolerance, self.max_rounds = eta, loss_tolerance, max_rounds
         self.pool = [stock] + [c for c in candidates if c != stock]
         self.steps = self.first_steps = first_steps
@@ -727,21 +771,31 @@ class Halving:
             return 0.0
         return _estimate(base, base.steps) + CAP_OVERRUN_S
 
-    def _first_trial_s(self) -> float:
+    def _first_trial_s(self, configuration: Optional[Configuration] = None) -> float:
         """A first-round trial's cost before anything is measured: the overhead plus its
-        steps at the predicted seconds per step."""
-        return self.trial_overhead_s + self.steps * (self.s_per_step or 0.0)
+        steps at the predicted seconds per step, plus ``configuration``'s predicted warm-up
+        beyond stock's."""
+        return (self.trial_overhead_s + self.steps * (self.s_per_step or 0.0)
+                + self.warmups.get(configuration, 0.0))
 
     def _first_round_fits(self) -> bool:
         """Cut the first round to the trials its budget affords (stock and the
-        best-ranked candidates); False where it affords fewer than stock and one."""
+        best-ranked candidates, in order, each at its estimated cost); False where it
+        affords fewer than stock and one."""
         per_trial = self._first_trial_s()
         if per_trial <= 0 or not math.isfinite(self.budget_s):
             return True
-        fits = int(self.budget_s // per_trial)
+        fits, total = 0, 0.0
+        for c in self.pool:
+            total += self._first_trial_s(c)
+            if total > self.budget_s:
+                break
+            fits += 1
         if fits >= len(self.pool):
             return True
-        estimate = f"{per_trial:.0f} s a trial, {self.budget_s:.0f} s of budget"
+        more = (", more for a compiler's warm-up"
+                if any(c in self.warmups for c in self.pool[:fits + 1]) else "")
+        estimate = f"{per_trial:.0f} s a trial{more}, {self.budget_s:.0f} s of budget"
         if fits < 2:
             self.out.verdicts[self.stock.label()] = (
                 f"chosen without trials: the budget affords {fits} ({estimate}); the job "
@@ -1005,6 +1059,7 @@ class Halving:
                 "walltime_s": self.walltime_s, "epochs": self.epochs,
                 "budget_s": self.budget_s, "budget_fraction": self.budget_fraction,
                 "trial_overhead_s": self.trial_overhead_s, "s_per_step": self.s_per_step,
+                "warmups": [[c.model_dump(mode="json"), s] for c, s in self.warmups.items()],
                 "eta": self.eta, "tolerance": self.tolerance,
                 "max_rounds": self.max_rounds, "min_gain": self.min_gain,
                 "scatter": self.scatter,
@@ -1030,7 +1085,8 @@ class Halving:
                 s_per_step=st.get("s_per_step"), min_gain=st.get("min_gain", MIN_GAIN),
                 walltime_s=st.get("walltime_s"), scatter=st.get("scatter", TRIAL_SCATTER),
                 first_steps=st.get("first_steps", st["steps"]), epochs=st.get("epochs"),
-                earlier=[trial(d) for d in st.get("earlier", ())])
+                earlier=[trial(d) for d in st.get("earlier", ())],
+                warmups={Configuration(**c): s for c, s in st.get("warmups", ())})
         h.pool = [Configuration(**c) for c in st["pool"]]
         h.held = [Configuration(**c) for c in st.get("held", [])]
         h.steps, h.finished = st["steps"], st["finished"]
@@ -1051,17 +1107,20 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
            trial_overhead_s: float = 0.0, s_per_step: Optional[float] = None,
            min_gain: float = MIN_GAIN, walltime_s: Optional[float] = None,
            scatter: float = TRIAL_SCATTER, epochs: Optional[int] = None,
-           earlier: Sequence[Trial] = ()) -> Outcome:
+           earlier: Sequence[Trial] = (),
+           warmups: Optional[dict[Configuration, float]] = None) -> Outcome:
     """Successive halving over ``candidates`` (stock added if missing), within ``budget_s``
     seconds of trials; see the module docstring.  ``run(configuration, steps, cap)`` runs
     one trial, stopping it after ``cap`` seconds (None: no cap) as the runtime does with
     ``MODAK_MAX_SECONDS``; ``earlier``: earlier searches' trials stopped while compiling
-    (:func:`compiled_earlier`)."""
+    (:func:`compiled_earlier`); ``warmups``: candidates' predicted warm-up beyond stock's,
+    which the first round's cut counts."""
     h = Halving(candidates, stock, job_steps=job_steps, budget_s=budget_s,
                 first_steps=first_steps, eta=eta, loss_tolerance=loss_tolerance,
                 max_rounds=max_rounds, budget_fraction=budget_fraction,
                 trial_overhead_s=trial_overhead_s, s_per_step=s_per_step, min_gain=min_gain,
-                walltime_s=walltime_s, scatter=scatter, epochs=epochs, earlier=earlier)
+                walltime_s=walltime_s, scatter=scatter, epochs=epochs, earlier=earlier,
+                warmups=warmups)
     while True:
         step = h.next_round()
         if step is None:

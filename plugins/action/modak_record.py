@@ -30,8 +30,8 @@ class ActionModule(ActionBase):
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
         check_library("modak_record")
         try:
-            from modak_lib.results import (ResultsStore, StoreError, kept, parse_fom_lines,
-                                           row_from_fom)
+            from modak_lib.results import (ResultsStore, StoreError, job_elapsed, kept,
+                                           parse_fom_lines, row_from_fom)
             from modak_runtime.record import loss_figures
         except ImportError as exc:
             raise AnsibleActionFail("modak_record needs the modak library on the controller: %s"
@@ -71,13 +71,17 @@ class ActionModule(ActionBase):
             figures = target_figures(Target(**target))
             # a run outside any container ran in the host's environment, not the image's
             image = HOST_IMAGE if plan.get("runtime") == "none" else plan["image"]["variant"]
+            # (the job's clock is its one run's: a search's trial cost, besides its training)
+            runs = [rec for rec in records if kept(rec)]
+            job_s = job_elapsed(text, plan["run_id"]) if len(runs) == 1 else None
             rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
                                  repeat=args["repeat"],
                                  image=image, target=target["name"],
                                  accelerator=acc.get("model") or acc.get("vendor"),
                                  microarchitecture=target.get("microarchitecture"),
-                                 cores=target.get("cores_per_node"), probe=figures)
-                    for rec in records if kept(rec)]
+                                 cores=target.get("cores_per_node"), probe=figures,
+                                 job_s=job_s)
+                    for rec in runs]
             new = [r for r in rows if r["raw"] not in seen]
             if not self._play_context.check_mode:
                 store.append(new)

@@ -21,6 +21,8 @@ from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import c
 
 # how the budget of a job of known steps is kept: on stock's measured job time
 REBASED = "; re-based on stock's first trial"
+# what a trial costs besides its steps where no trial at the target has measured it
+DEFAULT_OVERHEAD_S = 10.0
 DEFAULT_JOB_S = 3600.0  # a job that states neither its steps nor its wall time
 
 
@@ -42,7 +44,7 @@ class ActionModule(ActionBase):
                     budget_fraction=dict(type="float", default=0.1),
                     job_steps=dict(type="int", default=0),
                     first_steps=dict(type="int", default=10),
-                    trial_overhead_s=dict(type="float", default=10.0),
+                    trial_overhead_s=dict(type="float"), store=dict(type="path"),
                     max_rounds=dict(type="int", default=3),
                     loss_tolerance=dict(type="float", default=0.05),
                     min_gain=dict(type="float", default=MIN_GAIN),
@@ -169,15 +171,44 @@ class ActionModule(ActionBase):
         earlier = [t for t in (compiled_earlier(c, (p.get("prediction") or {}).get("compiling_s"))
                                for c, p in zip(ranked, plan["candidates"])) if t is not None]
         budget = args["budget_fraction"] * expected
+        overhead, said = ActionModule._overhead(plan, args)
         how = ("%.0f s: %.0f%% of the job's expected %.0f s (%s)" % (
             budget, 100 * args["budget_fraction"], expected, length)
-            + (REBASED if rebase else ""))
+            + (REBASED if rebase else "") + ("; " + said if said else ""))
+        # (a compiler's warm-up, which its first trial pays besides stock's)
+        warm = dict((c, (p.get("prediction") or {}).get("warmup_s") or 0.0)
+                    for c, p in zip(ranked, plan["candidates"]))
+        warmups = dict((c, w - warm.get(stock, 0.0)) for c, w in warm.items())
         return Halving(trials, stock, job_steps=stated, budget_s=budget,
                        first_steps=args["first_steps"], max_rounds=args["max_rounds"],
                        loss_tolerance=args["loss_tolerance"], budget_fraction=rebase,
-                       trial_overhead_s=args["trial_overhead_s"], s_per_step=per_step,
+                       trial_overhead_s=overhead, s_per_step=per_step,
                        min_gain=args["min_gain"], walltime_s=wall,
-                       scatter=args["scatter"], epochs=epochs, earlier=earlier), how
+                       scatter=args["scatter"], epochs=epochs, earlier=earlier,
+                       warmups=warmups), how
+
+    @staticmethod
+    def _overhead(plan, args):
+        """What a trial costs besides its steps before any of this search's has run, and
+        how it was known ("" where set): as set, else as the latest earlier trials at the
+        plan's target took it (``search.measured_overhead``), else DEFAULT_OVERHEAD_S."""
+        from modak_lib.perf.search import OVERHEAD_TRIALS, measured_overhead
+        from modak_lib.results import ResultsStore, StoreError
+
+        if args["trial_overhead_s"] is not None:
+            return args["trial_overhead_s"], ""
+        target = (plan.get("target") or {}).get("name")
+        try:
+            rows = ResultsStore(args.get("store")).trial_clocks(target) if target else []
+        except StoreError:
+            rows = []
+        seen = measured_overhead(rows, plan.get("runtime") != "none")
+        if seen is None:
+            return DEFAULT_OVERHEAD_S, ("a trial's start-up and job path %.0f s, assumed: no "
+                                        "trial here has measured it yet" % DEFAULT_OVERHEAD_S)
+        return seen[0], ("a trial's start-up and job path %.1f s, as the latest %d earlier "
+                         "trials here took it (the median, of at most %d)"
+                         % (seen[0], seen[1], OVERHEAD_TRIALS))
 
     @staticmethod
     def _trial(rec, Trial, Configuration, stock):

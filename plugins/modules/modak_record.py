@@ -19,6 +19,9 @@ description:
     runs no container (the job ran in the host's environment, not the image's).
   - A record of a failed run is stored too (with the knob it failed under), so that the planner
     does not offer that configuration for that workload on that target and image again.
+  - Where the job made one run, its row keeps the job's clock around the launch (C(job_s), the
+    C(elapsed_s) of the job line the job script prints last), from which a later search at that
+    target estimates what a trial costs besides its training (modak.modak.modak_search).
   - A job that printed no figure of merit is a failed run (unless O(require=false)).
 options:
   output:

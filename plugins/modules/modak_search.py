@@ -33,8 +33,10 @@ description:
     single trial can run far slower than usual and make any candidate look faster.
   - The budget is O(budget_fraction) of the job's expected run time (its steps at stock's
     predicted speed, else its wall time); the first round is cut to the trials the budget
-    affords at O(trial_overhead_s) each plus their steps (none where fewer than two fit,
-    and stock is kept), and after it, for a job of known steps (O(job_steps) or the plan's
+    affords at O(trial_overhead_s) each (else what earlier trials at the target took
+    besides their training, as the results store O(store) kept them) plus their steps and
+    a candidate's predicted warm-up beyond stock's (a compiler's; none where fewer than two
+    fit, and stock is kept), and after it, for a job of known steps (O(job_steps) or the plan's
     C(steps), stated or measured by its last full run) or of stated epochs (the plan's
     C(epochs), whose steps are as many as an epoch made in stock's first trial), the budget
     is re-based on the job's time at stock's measured speed, once (a later round's stock
@@ -118,12 +120,21 @@ options:
   trial_overhead_s:
     description:
     - What one trial costs besides its steps (start-up through the job path, warm-up), in
-      seconds, before any trial has measured it. With stock's predicted seconds per step it
-      estimates the first round, which is cut to the trials the budget affords (stock and
-      the best-ranked candidates); where it affords fewer than two, no trial runs and stock
-      is kept.
+      seconds, before any trial of this search has measured it. With stock's predicted
+      seconds per step, and each candidate's predicted warm-up beyond stock's, it estimates
+      the first round, which is cut to the trials the budget affords (stock and the
+      best-ranked candidates); where it affords fewer than two, no trial runs and stock is
+      kept.
+    - Unset, the median of what the latest five earlier trials at the plan's target (run as
+      this search's will be, in a container or outside any) took besides their training
+      (their job's clock around the launch less the runtime's clock of their training), as
+      the results store O(store) kept them; 10 where none was kept.
     type: float
-    default: 10.0
+  store:
+    description: The results store whose earlier trials at the target measured what a trial
+      costs there besides its training; default C($MODAK_RESULTS) or
+      C(~/.local/share/modak/results.sqlite).
+    type: path
   max_rounds:
     description:
       - Rounds at most, besides stock's second trial (one more round, of stock alone, where

@@ -297,15 +297,15 @@ class ResultsStore:
 
     def trial_clocks(self, target: str, limit: int = 50) -> list[dict[str, Any]]:
         """The latest search trials at ``target`` that kept their job's clock (``job_s``)
-        and did not fail, newest first (at most ``limit``): their image, ``job_s`` and
-        record (``search.measured_overhead`` reads them)."""
+        and did not fail, newest first (at most ``limit``): their workload, image,
+        ``job_s`` and record (``search.measured_overhead`` reads them)."""
         if not self.path.exists():
             return []
         con = self._connect(create=False)
         try:
             con.row_factory = sqlite3.Row
             return [dict(r) for r in con.execute(
-                "SELECT image, job_s, raw FROM measurements WHERE source = 'autotune' "
+                "SELECT workload, image, job_s, raw FROM measurements WHERE source = 'autotune' "
                 "AND target = ? AND job_s IS NOT NULL AND status != 'failed' "
                 "ORDER BY id DESC LIMIT ?", (target, limit))]
         finally:

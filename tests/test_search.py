@@ -322,13 +322,13 @@ def test_the_first_round_is_cut_to_what_its_budget_affords():
                for c in (BOTH, BF16, TCMALLOC))
 
 
-def _job_output(wall_s, startup_s, job_s, config=None, status="ok", s_per_step=0.06):
+def _job_output(wall_s, startup_s, job_s, status="ok", workload="seq"):
     """A trial's job output as the job script leaves it: the runtime's record, then the
     job line with the job's clock around the launch (a line the script printed that looks
     like one comes before it)."""
     from modak_runtime.record import Config, Metrics, Record
-    rec = Record(workload="seq", framework="pytorch", status=status, config=config or Config(),
-                 metrics=Metrics(steps=10, timed_steps=8, s_per_step=s_per_step,
+    rec = Record(workload=workload, framework="pytorch", status=status, config=Config(),
+                 metrics=Metrics(steps=10, timed_steps=8, s_per_step=0.06,
                                  startup_s=startup_s, wall_s=wall_s, final_loss=1.0),
                  error={"type": "X", "message": "boom"} if status == "failed" else None)
     return ('{"modak": "job", "run_id": "fake", "exit_code": 0, "elapsed_s": 999}\n'
@@ -342,7 +342,8 @@ def test_the_first_round_is_cut_by_what_trials_here_cost_besides_their_training(
     stock trial at that target had cost 3.8 s in all.  The store keeps a trial's job clock
     (its job line's), and the first round is cut at what the latest trials at the target
     took besides their training (run as this search's will be: outside any container
-    here), plus a compiler's predicted warm-up beyond stock's."""
+    here; the workload's own where it has some, its script's set-up being the larger
+    part), plus a compiler's predicted warm-up beyond stock's."""
     pytest.importorskip("ansible")
     from modak_lib.perf.features import HOST_IMAGE
     from modak_lib.results import ResultsStore, job_elapsed, parse_fom_lines, row_from_fom
@@ -371,16 +372,27 @@ def test_the_first_round_is_cut_by_what_trials_here_cost_besides_their_training(
     keep(_job_output(3.0, 2.0, 60.0), target="cluster")     # another target
     keep(_job_output(3.0, 2.0, 60.0), image=IMAGE)          # in a container
     keep(_job_output(3.0, 2.0, 60.0, status="failed"))      # a trial that failed
-    assert search_module.measured_overhead(store.trial_clocks("local"), False) == \
-        pytest.approx((3.0, 3))
-    assert search_module.measured_overhead(store.trial_clocks("local"), True) == \
-        pytest.approx((59.0, 1))
+    clocks = store.trial_clocks("local")
+    overhead = search_module.measured_overhead
+    assert overhead(clocks, False, "seq") == (pytest.approx(3.0), 3, True)
+    assert overhead(clocks, True, "seq") == (pytest.approx(59.0), 1, True)
+    # another workload whose script sets itself up for 30 s more: its trials are its own
+    # estimate, and the others' count where the workload has none here
+    keep(_job_output(3.0, 2.0, 33.0, workload="big"))
+    keep(_job_output(3.0, 2.0, 34.0, workload="big"))
+    clocks = store.trial_clocks("local")
+    assert overhead(clocks, False, "big") == (pytest.approx(32.5), 2, True)
+    assert overhead(clocks, False, "seq") == (pytest.approx(3.0), 3, True)
+    # (any workload's: the latest five, 33, 32, 3.0, 2.6, 3.1)
+    assert overhead(clocks, False, "new") == (pytest.approx(3.1), 5, False)
+    assert overhead(clocks, False) == (pytest.approx(3.1), 5, False)
     assert store.trial_clocks("nowhere") == []
     # the user's job: 3200 steps at stock's predicted 0.065 s, a 20.8 s budget; the
     # compiler's predicted warm-up 12.2 s, stock's 0.2 s
     ranked = (STOCK, TCMALLOC, BF16, COMPILE)
     warm = {COMPILE: 12.2}
     plan = {"steps": 3200, "runtime": "none", "target": {"name": "local"},
+            "environment": {"MODAK_WORKLOAD": "seq"},
             "autotune": [c.model_dump(mode="json") for c in ranked],
             "candidates": [{"configuration": c.model_dump(mode="json"), "score": 1.0,
                             "prediction": {"seconds": 0.065, "warmup_s": warm.get(c, 0.2)}}
@@ -390,7 +402,7 @@ def test_the_first_round_is_cut_by_what_trials_here_cost_besides_their_training(
             "min_gain": 0.03, "scatter": TRIAL_SCATTER, "store": str(store.path)}
     h, how = ActionModule._start(plan, args, Configuration)
     assert how.endswith("a trial's start-up and job path 3.0 s, as the latest 3 earlier "
-                        "trials here took it (the median, of at most 5)")
+                        "trials of this workload here took it (the median, of at most 5)")
     # 3.65 s a trial: stock, tcmalloc and bf16 fit (11 s), the compiler's 12 s more do not
     assert h.next_round() == ([STOCK, TCMALLOC, BF16], 10)
     assert h.out.verdicts[COMPILE.label()] == ("not tried: the first round affords 3 trials "

@@ -501,21 +501,23 @@ def changes_result(trial: Trial, stock: Trial, tolerance: float) -> Optional[str
 OVERHEAD_TRIALS = 5
 
 
-def measured_overhead(trials: Sequence[dict], in_container: bool
-                      ) -> Optional[tuple[float, int]]:
+def measured_overhead(trials: Sequence[dict], in_container: bool,
+                      workload: Optional[str] = None) -> Optional[tuple[float, int, bool]]:
     """What a search's trial costs at a target besides its training, as its earlier trials
     there took it: the median, over the latest :data:`OVERHEAD_TRIALS` of them run as this
     one will be (in a container or outside any, ``in_container``), of its job's clock
     around the launch (``job_s``: the container's start, the runtime's start-up, the
     script's own set-up) less the runtime's clock of its training (its wall clock less
-    its start-up), with how many there were; None where none was recorded.  ``trials``:
+    its start-up), with how many there were and whether they were of ``workload`` (its
+    label: the script's own set-up is the larger part, so that workload's trials are taken
+    where there are any, else any workload's); None where none was recorded.  ``trials``:
     the store's rows of them, newest first (``ResultsStore.trial_clocks``).
 
     Without it, the first round's cut took every trial to cost a fixed ten seconds: on this
     project's own machine a trial outside any container cost 3 s, and a job of 3.5 minutes
     whose budget afforded five trials was given none ("too short for trials to pay for
     themselves"); behind a cluster's queue or in a container it can cost more."""
-    seen = []
+    seen: dict[bool, list[float]] = {True: [], False: []}
     for row in trials:
         if (str(row.get("image") or HOST_IMAGE) != HOST_IMAGE) != in_container:
             continue
@@ -525,10 +527,14 @@ def measured_overhead(trials: Sequence[dict], in_container: bool
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
         if math.isfinite(rest) and rest >= 0:
-            seen.append(rest)
-        if len(seen) == OVERHEAD_TRIALS:
-            break
-    return (statistics.median(seen), len(seen)) if seen else None
+            seen[False].append(rest)
+            if workload is not None and row.get("workload") == workload:
+                seen[True].append(rest)
+    for own in (True, False):
+        if seen[own]:
+            last = seen[own][:OVERHEAD_TRIALS]
+            return statistics.median(last), len(last), own
+    return None
 
 
 class Halving:

@@ -126,7 +126,8 @@ options:
       best-ranked candidates); where it affords fewer than two, no trial runs and stock is
       kept.
     - Unset, the median of what the latest five earlier trials at the plan's target (run as
-      this search's will be, in a container or outside any) took besides their training
+      this search's will be, in a container or outside any; the workload's own where it has
+      some there) took besides their training
       (their job's clock around the launch less the runtime's clock of their training), as
       the results store O(store) kept them; 10 where none was kept.
     type: float

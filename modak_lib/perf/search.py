@@ -34,9 +34,10 @@ Here:
   estimated ``trial_overhead_s`` (start-up through the job path, warm-up: what earlier
   trials at the target took besides their training, :func:`measured_overhead`, where
   they were recorded) plus its steps at the predicted ``s_per_step`` and its predicted
-  warm-up beyond stock's (``warmups``: a compiler's) each, best-ranked first; where not even stock and one
-  candidate fit, no trial runs and stock is kept (a job too short for trials to pay for
-  themselves).  The first round measures stock, and with ``budget_fraction`` the budget is
+  warm-up beyond stock's (``warmups``: a compiler's) each, best-ranked first; where not
+  even stock and one candidate fit, no trial runs and stock is kept (a job too short for
+  trials to pay for themselves).  The first round measures stock, and with
+  ``budget_fraction`` the budget is
   then re-based on stock's measured job time (the planner's estimate of it may be far off
   for a new workload), once: a later round's stock trial does not move it, so what was
   spent by it stays within it.  Where a round leaves no candidate going on and the first

@@ -81,9 +81,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     restore()
     sys.stdout.flush()
     emit(session.record(status, error))
-    if code == 128 + signal.SIGTERM and error and error["type"].endswith(".Terminated"):
-        # the scheduler wants the processes gone: no interpreter shutdown (a framework's
-        # exit hooks, e.g. a compile worker pool, could hold the job for its kill timeout)
+    terminated = (code == 128 + signal.SIGTERM and error
+                  and error["type"].endswith(".Terminated"))
+    if terminated or status == "capped":
+        # the scheduler wants the processes gone, or a trial stopped at its cap has printed
+        # all it is for: no interpreter shutdown (a framework's exit hooks, e.g. a compile
+        # worker pool, could hold the job for its kill timeout; a trial's budget pays for
+        # them)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

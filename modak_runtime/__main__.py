@@ -87,11 +87,44 @@ def main(argv: Optional[list[str]] = None) -> int:
         # the scheduler wants the processes gone, or a trial stopped at its cap has printed
         # all it is for: no interpreter shutdown (a framework's exit hooks, e.g. a compile
         # worker pool, could hold the job for its kill timeout; a trial's budget pays for
-        # them)
+        # them), and what the run started ends with it (a compiler it left compiling would
+        # run on beside the next trial)
         sys.stdout.flush()
         sys.stderr.flush()
+        end_descendants()
         os._exit(code)
     return code
+
+
+def end_descendants() -> None:
+    """SIGTERM to every process this one started and theirs, as Linux lists them
+    (``/proc/PID/task/TID/children``; nothing where it does not): the workers and the
+    compilers a run stopped at its cap leaves, which outlived it (a C++ compilation of
+    Inductor's ran on for 2 s after a trial stopped while compiling).  A process that
+    ignores SIGTERM (multiprocessing's resource tracker) ends on its own, as its pipe
+    closes."""
+    seen: list[int] = []
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    children = [int(c) for c in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            fresh = [c for c in children if c not in seen]
+            seen += fresh
+            todo += fresh
+    for pid in seen:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

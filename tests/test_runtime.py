@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -1065,10 +1066,13 @@ def test_the_trial_cap_stops_the_script_and_records_the_steps():
 
 
 EXIT_HOOK = """
-import atexit, pathlib, sys
+import atexit, pathlib, subprocess, sys
 import torch
 # (as a compile worker pool or a data loader's workers are ended at the interpreter's exit)
 atexit.register(lambda: pathlib.Path(sys.argv[1]).write_text("ran"))
+# (as a compiler's process it left compiling)
+worker = subprocess.Popen(["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+pathlib.Path(sys.argv[1] + ".pid").write_text(str(worker.pid))
 net = torch.nn.Linear(8, 1)
 opt = torch.optim.SGD(net.parameters(), lr=0.1)
 x, y = torch.randn(32, 8), torch.randn(32, 1)
@@ -1083,19 +1087,39 @@ for i in range(int(sys.argv[2])):
 def test_a_trial_stopped_at_its_cap_leaves_without_the_scripts_exit_hooks(tmp_path):
     """A trial its cap stopped has printed all it is for: the runtime leaves at once, as it
     does on SIGTERM, since the budget pays for what exit hooks do (a compiled trial stopped
-    at its time cap took 2.9 s outside the runtime's clock here, stock's 0.8 s).  A run
-    that is not capped (the job itself) runs them, as the script would alone."""
+    at its time cap took 2.9 s outside the runtime's clock here, stock's 0.8 s), and ends
+    the processes the run started (a C++ compilation Inductor left ran on for 2 s beside
+    what came next).  A run that is not capped (the job itself) runs them, as the script
+    would alone."""
     need("torch")
     script = tmp_path / "hooked.py"
     script.write_text(EXIT_HOOK)
     mark = tmp_path / "hook-ran"
+    pid_file = tmp_path / "hook-ran.pid"
+
+    def gone(pid, tries=50):  # (no such process, or one its new parent has not reaped yet)
+        for _ in range(tries):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                        return True
+            except OSError:
+                return True
+            time.sleep(0.1)
+        return False
     rc, _, rec, err = run(script, str(mark), "50", env={"MODAK_MAX_STEPS": "5"})
     assert rc == 0, err
     assert rec["status"] == "capped" and rec["metrics"]["steps"] == 5
     assert not mark.exists()
+    assert gone(int(pid_file.read_text()))
     rc, _, rec, err = run(script, str(mark), "5")
-    assert rc == 0 and rec["status"] == "ok", err
-    assert mark.read_text() == "ran"
+    worker = int(pid_file.read_text())
+    try:
+        assert rc == 0 and rec["status"] == "ok", err
+        assert mark.read_text() == "ran"
+        assert not gone(worker, tries=1)  # (the script's own to end)
+    finally:
+        os.kill(worker, signal.SIGKILL)
 
 
 NEW_OPTIMIZER_EACH_EPOCH = """

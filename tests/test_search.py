@@ -940,18 +940,21 @@ def test_the_confirmation_round_survives_the_deploys_calls():
     assert "its trial in round 2" in out.verdicts[TCMALLOC.label()]
 
 
-def test_a_trials_round_is_part_of_its_run(tmp_path):
+def test_a_trials_round_and_search_are_part_of_its_run(tmp_path):
     """The deploy pins a plan per request, forced configuration and steps, and submits a
     run once: stock's second trial, at the steps of its first, would find the first again
     and measure nothing new.  The search's round is part of the trial's run (exported as
-    MODAK_SEARCH_ROUND); the same round asked again is the same run (a resumed search)."""
+    MODAK_SEARCH_ROUND); the same round asked again is the same run (a resumed search).
+    So is the search (MODAK_SEARCH: the deploy gives the run it searches for): a later
+    search's stock trial had found an earlier search's, an hour older, and its candidates
+    were measured against that."""
     pytest.importorskip("ansible")
     ansible = str(ROOT / ".venv/bin/ansible") if (ROOT / ".venv/bin/ansible").exists() \
         else "ansible"
 
-    def plan(round_: int, steps: int = 8) -> tuple[str, str]:
+    def plan(round_: int, steps: int = 8, search: str = "r1") -> tuple[str, str]:
         args = {"request": str(ROOT / "examples/mnist-cnn/blueprint.yaml"), "max_steps": steps,
-                "trial_round": round_, "out_dir": str(tmp_path)}
+                "trial_round": round_, "trial_search": search, "out_dir": str(tmp_path)}
         proc = subprocess.run([ansible, "localhost", "-c", "local", "-i",
                                "inventories/localhost", "-m", "modak.modak.modak_plan",
                                "-a", json.dumps(args)], cwd=ROOT, capture_output=True,
@@ -968,10 +971,14 @@ def test_a_trials_round_is_part_of_its_run(tmp_path):
     assert first != second
     assert "export MODAK_SEARCH_ROUND=1" in script and "export MODAK_SEARCH_ROUND=2" in script2
     assert plan(2)[0] == second
+    later, script3 = plan(1, search="r2")
+    assert later not in (first, second) and plan(1, search="r2")[0] == later
+    assert "export MODAK_SEARCH=r1\n" in script and "export MODAK_SEARCH=r2\n" in script3
     # every trial seeded alike (their losses compare), the job itself not
     assert f"export MODAK_SEED={search_module.TRIAL_SEED}\n" in script
     assert f"export MODAK_SEED={search_module.TRIAL_SEED}\n" in script2
     assert "MODAK_SEED" not in plan(0, steps=0)[1]
+    assert "MODAK_SEARCH" not in plan(0, steps=0)[1]  # (not a trial: no search's)
 
 
 def test_loss_tolerance_is_relative_and_stated():

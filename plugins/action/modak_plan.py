@@ -31,6 +31,7 @@ ARGS = dict(
     max_steps=dict(type="int", default=0),
     max_seconds=dict(type="float", default=0.0),
     trial_round=dict(type="int", default=0),
+    trial_search=dict(type="str", default=""),
     files=dict(type="list", elements="path", default=[]),
     files_dir=dict(type="path"),
 )
@@ -96,6 +97,7 @@ class ActionModule(ActionBase):
             "target": args["target"], "run_id": args["run_id"], "ca_certs": args["ca_certs"],
             "force": args["force"], "extra": args["extra_arguments"], "files": digest,
             "max_steps": args["max_steps"], "trial_round": args["trial_round"],
+            "trial_search": args["trial_search"],
         })
         pins = Pins(os.path.join(args["out_dir"], "requests"))
         pinned = None if args["new_run"] else pins.get(key)
@@ -131,6 +133,10 @@ class ActionModule(ActionBase):
             # run of its own, not the first trial's found again)
             if args["trial_round"] > 0:
                 caps["MODAK_SEARCH_ROUND"] = str(args["trial_round"])
+            # (the search's: a later search's stock trial is a run of its own, beside its
+            # candidates, not an earlier search's found again)
+            if args["trial_search"] and caps:
+                caps["MODAK_SEARCH"] = args["trial_search"]
             if caps:  # (trials start from the same weights and batches: their losses compare)
                 caps["MODAK_SEED"] = str(TRIAL_SEED)
                 request = request.model_copy(update={"environment": dict(

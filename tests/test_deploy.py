@@ -553,6 +553,10 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
         state["trials"]
     tried = [p for p in plans if "MODAK_MAX_STEPS" in p["environment"]]
     assert len(tried) == len(trials)
+    # every trial carries its search's id (kept in its state): part of its run, so that a
+    # later search's trials are its own, not this one's found again
+    assert state["search_id"] and all(p["environment"].get("MODAK_SEARCH") == state["search_id"]
+                                      for p in tried), (state["search_id"], tried)
     # only what was submitted went to the front-end: not the first plan, which the search
     # replaced (unless it is the search's choice)
     assert {d.name for d in (tmp_path / "runs").iterdir()} == {

@@ -13,6 +13,7 @@ __metaclass__ = type
 
 import json
 import os
+import uuid
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
@@ -68,17 +69,24 @@ class ActionModule(ActionBase):
             with open(path) as f:
                 state = json.load(f)
             halving, how = Halving.from_state(state), state.get("budget_how")
+            # (a search started by an earlier MODAK has none: its trials are found as before)
+            search_id = state.get("search_id", "")
         else:
             halving, how = self._start(plan, args, Configuration)
             result["budget"] = how
+            # this search's, kept in its state: part of its trials' runs (modak_plan's
+            # trial_search), so that another search's trial of the same configuration and
+            # steps is not found again in place of one of this search's own
+            search_id = uuid.uuid4().hex[:12]
         if args["record"]:
             halving.record([self._trial(r, Trial, Configuration, halving.stock)
                             for r in args["record"]])
         step = halving.next_round()
         write_atomic(os.path.dirname(path) or ".", os.path.basename(path),
-                     json.dumps(dict(halving.state(), budget_how=how)))
+                     json.dumps(dict(halving.state(), budget_how=how, search_id=search_id)))
         out = halving.out
         result.update(changed=bool(args["record"]), done=step is None, rounds=out.rounds,
+                      search_id=search_id,
                       spent_s=round(out.spent_s, 1), budget_s=round(out.budget_s, 1),
                       verdicts=out.verdicts)
         if step is None:

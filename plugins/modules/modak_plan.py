@@ -102,8 +102,8 @@ options:
     default: 0
   trial_search:
     description:
-      - A trial - the budgeted search it is part of (the deploy gives the plan's run it
-        searches for), exported to the job as C(MODAK_SEARCH) and part of the run's identity -
+      - A trial - the budgeted search it is part of (the deploy gives modak.modak.modak_search's
+        C(search_id)), exported to the job as C(MODAK_SEARCH) and part of the run's identity -
         a later search's trial of a configuration is a run of its own, measured beside that
         search's other trials, not an earlier search's found again; a resumed search finds its
         own trials again. Ignored for a plan that is not a trial.

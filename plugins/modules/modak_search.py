@@ -223,6 +223,14 @@ rounds:
   description: Rounds run so far.
   returned: always
   type: int
+search_id:
+  description:
+    - The search's id, made when it starts and kept in its state (empty for a search an
+      earlier MODAK started) - its trials' plans carry it (modak.modak.modak_plan's
+      O(modak.modak.modak_plan#module:trial_search)), so that another search's trial of the
+      same configuration and steps is not found again in place of one of this search's own.
+  returned: without cap_for
+  type: str
 spent_s:
   description: Seconds the trials took so far.
   returned: always

@@ -397,6 +397,56 @@ def test_a_kept_model_plans_with_the_runs_recorded_since_its_fit(tmp_path, monke
     assert [g["losses"] for g in earlier.measured if g["workload"] == "user-x"] == [[]]
 
 
+def test_the_runs_recorded_since_a_fit_are_read_with_what_they_bear_on_alone():
+    """Reading the runs recorded since a model's fit (before each trial of a search: the
+    whole frame took 3.5 s here) reads only the workloads and scripts they bear on: for
+    those it gives what reading every run gives (a new candidate's ratio to an older stock
+    run of its round, a workload's older refusal); every other group and workload is the
+    card's as it stands."""
+    from modak_lib.perf.predictor import FastPredictor
+
+    def user(comp, alloc, s, at, rep, **more):
+        return row("resnet18", comp, 2, alloc, "fp32", s, rep=rep) | {
+            "workload": "user-y", "workload_key": "wk-user-y", "fingerprint": "fp-user-y",
+            "source": "autotune", "recorded_at": at} | more
+
+    before, after = "2026-11-22T10:00:00+00:00", "2026-11-22T10:00:05+00:00"
+    refused = user("torch.compile:default", "glibc", 0.3, "2026-11-22T09:59:58+00:00", 1,
+                   not_applied="compiler", raw=json.dumps(
+                       {"not_applied": {"compiler": "Dynamo cannot trace it"}}))
+    frame = pd.concat([families(n=3), pd.DataFrame([
+        refused,
+        user("off", "glibc", 0.40, "2026-11-22T09:59:59+00:00", 1),  # stock, before the fit
+        user("off", "tcmalloc", 0.36, after, 1),  # its round's candidate, after it
+        user("off", "glibc", 0.42, after, 2)])], ignore_index=True)
+    card = FastPredictor({"fitted_at": before, "light": {"formula": {"kind": "linear",
+                                                                     "terms": []}}},
+                         formula=lambda r: 0.0,
+                         measured=[{"workload": "card-only", "median": 9.0}],
+                         workloads=[{"workload": "card-only", "workload_key": "wk-card"}])
+    whole, since = card.with_runs(frame), card.with_runs(frame, since=before)
+
+    def of(p, name):
+        return (sorted((json.dumps(g, sort_keys=True) for g in p.measured
+                        if g["workload"] == name)),
+                [w for w in p.workloads if w["workload"] == name])
+
+    assert of(since, "user-y") == of(whole, "user-y") and of(since, "user-y")[0]
+    (mine,) = of(since, "user-y")[1]
+    assert [r["knob"] for r in mine["not_applied"]] == ["compiler"]  # recorded before the fit
+    (tc,) = [g for g in since.measured if g["workload"] == "user-y"
+             and g["allocator"] == "tcmalloc"]
+    assert tc["vs_stock"] == pytest.approx(math.log(0.36 / 0.40))  # beside the older stock
+    # the runs that none recorded since bears on are the card's, not read again
+    assert of(since, "card-only") == (['{"median": 9.0, "workload": "card-only"}'],
+                                      [{"workload": "card-only", "workload_key": "wk-card"}])
+    assert not any(g["workload"].startswith("family-") for g in since.measured)
+    assert any(g["workload"].startswith("family-") for g in whole.measured)
+    # nothing recorded since: nothing read
+    quiet = card.with_runs(frame, since="2026-11-23T00:00:00+00:00")
+    assert quiet.measured == card.measured and quiet.workloads == card.workloads
+
+
 def test_too_little_data_is_an_error():
     with pytest.raises(m.ModelError, match="too little data"):
         m.fit(synthetic().head(4))

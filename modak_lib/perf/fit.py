@@ -1056,6 +1056,35 @@ def _plain(v: Any) -> Any:
     return None if isinstance(v, float) and v != v else v
 
 
+def workload_idents(df):
+    """Per row, the workload :func:`workload_table` files it under: its key, else its label,
+    framework and batch size."""
+    label = ("label:" + df["workload"].astype(str) + "/" + df["framework"].astype(str) + "/"
+             + df["batch_size"].astype(str))
+    return df["workload_key"].astype(object).where(df["workload_key"].notna(), label)
+
+
+def since_rows(df, since: str):
+    """The rows of a store frame that what was recorded at or after ``since`` (ISO 8601)
+    bears on: those of the workloads (:func:`workload_idents`) and of the scripts measured
+    (fingerprint, workload and framework: every cell, round and measured group of
+    :func:`measured_groups` lies within one) of the rows recorded then or later.  Two
+    frames, for :func:`workload_table` and for :func:`measured_groups`: what either gives
+    for a workload or group of a new row is what it gives on the whole frame."""
+    import pandas as pd
+
+    d = df.copy()
+    for col in ("workload_key", "workload", "framework", "batch_size", "fingerprint",
+                "recorded_at"):
+        if col not in d:
+            d[col] = None
+    new = (recorded_times(d) >= pd.Timestamp(since)).to_numpy()
+    idents = workload_idents(d)
+    scripts = row_labels(d, ["fingerprint", "workload", "framework"])
+    return (df[idents.isin(set(idents[new])).to_numpy()],
+            df[scripts.isin(set(scripts[new])).to_numpy()])
+
+
 def workload_table(df) -> list[dict[str, Any]]:
     """Per workload (its key, else its label and framework): the latest fingerprint (with
     its FLOP shares), the knobs the runtime refused to apply to it and the configurations
@@ -1089,9 +1118,7 @@ def workload_table(df) -> list[dict[str, Any]]:
     # the latest word last (rows without a time, the oldest stores', first)
     d = d.iloc[d["recorded_at"].astype(str).where(d["recorded_at"].notna(), "")
                .argsort(kind="stable")]
-    ident = d["workload_key"].astype(object).where(
-        d["workload_key"].notna(), "label:" + d["workload"].astype(str) + "/"
-        + d["framework"].astype(str) + "/" + d["batch_size"].astype(str))
+    ident = workload_idents(d)
     d["_untimed"] = untimed_caps(d)
     out = []
     for _, g in d.groupby(ident, sort=True):

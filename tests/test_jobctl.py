@@ -436,3 +436,76 @@ def test_recorded_answers_give_the_real_state(truth, commands, tmp_path):
     assert status.state == real["state"], (status.as_dict(), real)
     if real["exit_code"] is not None:
         assert status.exit_code == real["exit_code"], (status.as_dict(), real)
+
+
+def test_the_wait_asks_a_young_job_soon_and_prints_a_line_per_poll_or_change(monkeypatch):
+    """The controller's wait (modak_job's action) asks for a job's status half a second
+    after submission, then after a quarter of the time waited, at most every ``poll``
+    seconds: a search's trial of 3 s was seen ended 5.5 s after submission at a fixed 5 s.
+    It prints a line for people every ``poll`` seconds and when the state changes, not at
+    each of the early queries; a query that fails waits the whole ``poll`` before the next."""
+    from unittest import mock
+
+    from ansible_collections.modak.modak.plugins.action import modak_job as action
+
+    now = [1000.0]
+    sleeps, lines = [], []
+    monkeypatch.setattr(action.time, "time", lambda: now[0])
+    monkeypatch.setattr(action.time, "sleep",
+                        lambda s: (sleeps.append(round(s, 3)), now.__setitem__(0, now[0] + s)))
+    monkeypatch.setattr(action, "say", lines.append)
+    # the job runs till 3.2 s, goes COMPLETING, ends at 40 s; the first query after 9 s
+    # fails
+    def query(args, task_vars):
+        waited = now[0] - 1000.0
+        if args["state"] == "submitted":
+            return dict(changed=True, submitted=True, job_id="7", state="PENDING")
+        if waited > 9 and not getattr(query, "failed", False):
+            query.failed = True
+            return dict(unreachable=True, msg="connection reset")
+        state = ("RUNNING" if waited < 3.2 else "COMPLETING" if waited < 40
+                 else "COMPLETED")
+        return dict(job_id="7", state=state, terminal=state == "COMPLETED")
+
+    plugin = action.ActionModule.__new__(action.ActionModule)
+    plugin._task = mock.MagicMock(args=dict(
+        workdir="w", script="job.sh", scheduler="local", control={"kind": "local"},
+        run_id="r1", stdout="out", state="ended", poll=5, retries=3, timeout=600),
+        async_val=0, check_mode=False, diff=False)
+    plugin._play_context = mock.MagicMock(check_mode=False)
+    plugin._connection = mock.MagicMock()
+    plugin._query = query
+    monkeypatch.setattr(action.PollingAction, "run", lambda self, tmp, task_vars: {})
+    monkeypatch.setattr(action, "backend_data", lambda name, args, *keys: args)
+    monkeypatch.setattr(action, "warn", lambda text: lines.append("WARNING " + text))
+    result = plugin.run(task_vars={"inventory_hostname": "fe"})
+
+    assert result["state"] == "COMPLETED" and not result.get("failed")
+    assert sleeps[:3] == [0.5, 0.5, 0.5]  # (a quarter of under 2 s is less than half of one)
+    assert max(sleeps) == 5 and sleeps[-1] == 5
+    # RUNNING ended at 3.2 s: seen within a second (a fixed 5 s saw it at 5 s)
+    ends = [now for now in _times(sleeps) if now >= 3.2]
+    assert ends[0] - 3.2 < 1.0
+    # the query that failed waited the whole poll before the next
+    failed_at = next(i for i, line in enumerate(lines) if line.startswith("WARNING"))
+    assert "retrying in 5 s" in lines[failed_at]
+    times = _times(sleeps)
+    after = next(i for i, t in enumerate(times) if t > 9)
+    assert sleeps[after] < 5 and sleeps[after + 1] == 5
+    # lines: at submission, at each change of state, and no closer than poll otherwise
+    said = [line for line in lines if not line.startswith("WARNING")]
+    assert [line.split()[3].rstrip(",") for line in said][:3] == ["PENDING", "RUNNING",
+                                                                   "COMPLETING"]
+    assert said[-1].startswith("[fe] job 7 COMPLETED")
+    assert len(said) < len(sleeps) / 2 + 2
+    completing = [line for line in said if " COMPLETING," in line]
+    assert 6 <= len(completing) <= 9  # (37 s at one line per 5 s)
+
+
+def _times(sleeps):
+    """The times since submission at which each query after a sleep was made."""
+    out, t = [], 0.0
+    for s in sleeps:
+        t += s
+        out.append(t)
+    return out

@@ -68,8 +68,11 @@ options:
     description:
       - V(submitted) submits unless this run was submitted already.
       - V(ended) does the same, then waits until the job ends (at most O(timeout) seconds),
-        printing the job's state and the time since submission at every poll (every O(poll)
-        seconds), and reports the final state without failing.
+        printing the job's state and the time since submission every O(poll) seconds
+        and when it changes, and reports the final state without failing.
+      - The status is asked for half a second after submission, then after a quarter of
+        the time waited so far, at most every O(poll) seconds (a job of a few seconds, as a
+        search's trial, is seen ended within about a second of its end).
       - V(finished) is V(ended), then fails unless the job ended C(COMPLETED).
       - V(status) only reports.
       - The waiting is done by the controller (an action plugin), one short status query
@@ -97,7 +100,8 @@ options:
     type: int
     default: 3600
   poll:
-    description: Seconds between two status queries while waiting.
+    description: The longest time in seconds between two status queries while waiting, and
+      between two lines that say the job's state.
     type: int
     default: 5
   retries:

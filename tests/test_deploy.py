@@ -551,6 +551,11 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
                for t in state["trials"]
                if Configuration(**t["configuration"]) == Configuration(**state["stock"])), \
         state["trials"]
+    # each trial ran through tasks of the deploy around its job (planning, staging, the
+    # wait, the record), timed on the controller: the budget is spent by both
+    ran = [t for t in state["trials"] if not t["skipped"]]
+    assert ran and all(t["path_s"] > 0 for t in ran), ran
+    assert state["spent_s"] == pytest.approx(sum(t["wall_s"] + t["path_s"] for t in ran))
     tried = [p for p in plans if "MODAK_MAX_STEPS" in p["environment"]]
     assert len(tried) == len(trials)
     # every trial carries its search's id (kept in its state): part of its run, so that a

@@ -147,6 +147,46 @@ def test_a_compilation_longer_than_the_budget_ends_its_trial_not_the_budget():
     assert over.spent_s > 2 * 60
 
 
+def test_what_the_deploy_spends_around_a_trial_is_part_of_its_cost():
+    """A trial costs the user its job's time and what the deploy spends around it (its plan,
+    staging, the wait, the record: ``path_s``, 5-6 s a trial through the local job path
+    here, beside jobs of 4-6 s): the budget is spent by both, a candidate's share is given
+    less stock's time around its job, and a job too short for that affords fewer trials."""
+    from modak_lib.perf.search import cost
+    table = {STOCK: (0.05, 0.0, 2.1), TCMALLOC: (0.04, 0.0, 2.1), BF16: (0.045, 0.0, 2.1),
+             ONE: (0.08, 0.0, 2.1)}
+
+    def around(path, caps):
+        run, _ = recorded(table, caps)
+        return lambda c, n, cap: replace(run(c, n, cap), path_s=path)
+
+    caps: list = []
+    out = search([TCMALLOC, BF16, ONE], STOCK, around(6.0, caps), job_steps=5000,
+                 budget_s=60, scatter=0.0)
+    assert out.spent_s == pytest.approx(sum(t.wall_s + 6.0 for t in out.trials))
+    assert out.spent_s <= out.budget_s == 60
+    # stock's trial 3.5 s and 6 s around it; kept for its second trial: as much, and the
+    # overrun; each candidate's share less the 6 s around its own trial
+    kept = 3.5 + 6.0 + CAP_OVERRUN_S
+    first = dict(caps[:4])
+    assert first[TCMALLOC] == pytest.approx((60 - 9.5 - kept) / 3 - 6.0, abs=0.1)
+    assert first[BF16] == pytest.approx((60 - 9.5 - kept - cost(out.trials[1])) / 2 - 6.0,
+                                        abs=0.1)
+    # a job whose budget affords every candidate a trial on their jobs' time alone affords
+    # one once the time around each is counted
+    bare = search([TCMALLOC, BF16, ONE], STOCK, around(0.0, []), job_steps=5000,
+                  budget_s=30, scatter=0.0)
+    assert {t.configuration for t in bare.trials} == {STOCK, TCMALLOC, BF16, ONE}
+    tight = search([TCMALLOC, BF16, ONE], STOCK, around(6.0, []), job_steps=5000,
+                   budget_s=30, scatter=0.0)
+    assert {t.configuration for t in tight.trials if t.round == 1} == {STOCK, TCMALLOC}
+    assert tight.verdicts[ONE.label()].startswith("not tried: the budget (30.0 s")
+    assert "stock's 9.5 s" in tight.verdicts[ONE.label()]
+    assert tight.spent_s <= 30
+    # the summary's figure is the trials' whole cost
+    assert f"{tight.spent_s:.0f} s of a 30 s budget" in tight.summary()
+
+
 def test_the_budget_is_re_based_on_the_measured_stock_trial():
     """The plan guessed the job at 1/20 of its real time (a new workload): a fixed budget
     stops after the first round; with a budget fraction, the first round measures stock and
@@ -714,10 +754,20 @@ def test_a_trial_its_cap_stopped_while_compiling_reaches_the_search_with_its_clo
     assert (m["s_per_step"], m["steps"], m["startup_s"], m["runtime_s"]) == (None, 1, 3.455,
                                                                              9.53)
     assert measured(dict(rec, status="failed"), loss_figures) is None
-    trial = ActionModule._trial({**rec, "measured": m, "elapsed_s": 12.3}, Trial,
-                                Configuration, STOCK)
+    trial = ActionModule._trial({**rec, "measured": m, "elapsed_s": 12.3, "path_s": 18.5},
+                                Trial, Configuration, STOCK)
     assert trial.capped and trial.failed and trial.s_per_step is None
     assert (trial.runtime_s, trial.startup_s, trial.wall_s) == (9.53, 3.455, 12.3)
+    # the trial's tasks took 18.5 s: 6.2 s of them around its job
+    assert trial.path_s == pytest.approx(6.2)
+    unplanned = ActionModule._trial({"configuration": rec["configuration"], "status": "failed",
+                                     "elapsed_s": None, "path_s": 1.5,
+                                     "error": {"message": "not a candidate"}},
+                                    Trial, Configuration, STOCK)
+    assert (unplanned.wall_s, unplanned.path_s) == (0.0, 1.5)
+    older = ActionModule._trial({**rec, "measured": m, "elapsed_s": 12.3}, Trial,
+                                Configuration, STOCK)  # (an earlier MODAK's round)
+    assert older.path_s == 0.0
     jem = COMPILE.model_copy(update={"allocator": "jemalloc"})
     assert search_module.compiling_in(jem, [trial], 9.9)
 

@@ -29,11 +29,14 @@ Here:
   (``walltime_s``) holds at stock's speed as its first trial measured it (:func:`wall_steps`,
   the planner's rule too): an upper bound, as the planner's;
 - **the budget** is a fraction of the job's expected run time (stock's), in seconds of
-  trial wall time; a round that would exceed it is not started.  The first round runs
+  the trials' whole cost: their jobs' time and what the deploy spends around each
+  (``Trial.path_s``: its plan, staging, wait and record; :func:`cost`); a round that would
+  exceed it is not started.  The first round runs
   without a measured cost to go by: it is cut to the candidates that fit the budget at an
   estimated ``trial_overhead_s`` (start-up through the job path, warm-up: what earlier
   trials at the target took besides their training, :func:`measured_overhead`, where
-  they were recorded) plus its steps at the predicted ``s_per_step`` and its predicted
+  they were recorded; not the deploy's time around a trial, which this search's stock
+  trial measures first) plus its steps at the predicted ``s_per_step`` and its predicted
   warm-up beyond stock's (``warmups``: a compiler's) each, best-ranked first; where not
   even stock and one candidate fit, no trial runs and stock is kept (a job too short for
   trials to pay for themselves).  The first round measures stock, and with
@@ -200,7 +203,7 @@ class Trial:
     steps: int
     s_per_step: Optional[float]       # steady-state seconds per step (None: failed)
     warmup_s: float = 0.0             # the warm-up's excess (compilation)
-    wall_s: float = 0.0               # the trial's whole cost, start-up included
+    wall_s: float = 0.0               # its job's whole time, start-up included
     final_loss: Optional[float] = None
     failed: Optional[str] = None      # why it failed, if it did
     round: int = 0                    # the search's round it ran in (set by Halving.record)
@@ -238,6 +241,12 @@ class Trial:
     # (``modak_runtime.record``'s ``steps_per_epoch``), None where it did not: stock's sets
     # the length of a job stated in epochs (:meth:`Halving.steps_for`)
     steps_per_epoch: Optional[int] = None
+    # what the deploy spent on the trial around its job, on the controller's clock: its
+    # plan, staging, submission, the wait's last poll, fetching and recording (0 where it
+    # ran in-process, as the benchmarks' trials).  Part of its cost (:func:`cost`): a user
+    # waits for it as for the job; 5-6 s a trial through the local job path here, beside
+    # jobs of 4-6 s
+    path_s: float = 0.0
 
 
 def script_error(failed: Optional[str], error: Optional[dict]) -> bool:
@@ -246,6 +255,12 @@ def script_error(failed: Optional[str], error: Optional[dict]) -> bool:
     error = error or {}
     return bool(failed) and bool(error.get("type")) and not error.get("knob") \
         and not time_capped(failed, error)
+
+
+def cost(trial: Trial) -> float:
+    """What ``trial`` cost of the budget: its job's time (``wall_s``) and what the deploy
+    spent around it (``path_s``)."""
+    return trial.wall_s + trial.path_s
 
 
 def shortest_cap(stock: Optional[Trial]) -> float:
@@ -276,12 +291,14 @@ def beyond_cap(stock: Optional[Trial]) -> float:
     """What a candidate's capped trial may cost beyond its cap through the job path, judged
     by ``stock``'s trial in the same round: its time outside the runtime's clock
     (:func:`outside_clock`), up to :data:`OUTSIDE_SCATTER` times stock's (the overrun on
-    the clock itself, :data:`CAP_OVERRUN_S`, is in the first round's reserve).  A share is
+    the clock itself, :data:`CAP_OVERRUN_S`, is in the first round's reserve), and what the
+    deploy spent around stock's job (``path_s``), once: a candidate's trial goes the same
+    way.  A share is
     given less this, so that a trial its cap stops ends within its share: two compilations
     capped at their shares less stock's time outside cost 0.7 and 1.1 s more here, and
     left what the round kept for stock's second trial short.  0 outside the job path (the
     benchmarks' trials, on the runtime's clock alone)."""
-    return OUTSIDE_SCATTER * outside_clock(stock)
+    return OUTSIDE_SCATTER * outside_clock(stock) + (stock.path_s if stock is not None else 0.0)
 
 
 def _as_cap(seconds: float, stock: Optional[Trial]) -> float:
@@ -384,7 +401,7 @@ class Outcome:
                 f"{rounds} round{'s' * (rounds != 1)}, {_secs(self.spent_s)} s of a "
                 f"{_secs(self.budget_s)} s budget")
         if self.spent_s > self.budget_s:
-            stock = sum(t.wall_s for t in self.trials if t.configuration == self.stock)
+            stock = sum(cost(t) for t in self.trials if t.configuration == self.stock)
             line += f" (stock's trials, which always run, took {_secs(stock)} s of it)"
         return line
 
@@ -651,7 +668,8 @@ class Halving:
     def _confirmation_cap(self) -> float:
         """The time cap of stock's second trial (see :meth:`cap`)."""
         base = self.last.get(self.stock)
-        return _as_cap(self.budget_s - self.out.spent_s - outside_clock(base), base)
+        return _as_cap(self.budget_s - self.out.spent_s - outside_clock(base)
+                       - (base.path_s if base is not None else 0.0), base)
 
     def skip(self, configuration: Configuration, done: Sequence[Trial] = ()) -> Optional[str]:
         """Why this round's trial of ``configuration`` is not run (None: it runs): once
@@ -704,7 +722,7 @@ class Halving:
         kept = f", and {kept:.1f} s kept for its second trial" if kept else ""
         return (f"not tried: the budget ({budget:.1f} s, the job as stock's trial measured "
                 f"it) has {max(left, 0.0):.1f} s left after the trials before it (stock's "
-                f"{base.wall_s:.1f} s{kept}), not the shortest cap ({why}) for it and the "
+                f"{cost(base):.1f} s{kept}), not the shortest cap ({why}) for it and the "
                 f"better-ranked: the job is too short for trials to pay for themselves")
 
     @staticmethod
@@ -726,7 +744,7 @@ class Halving:
         ran = {t.configuration: t for t in done}
         base = ran.get(self.stock)
         budget = self._budget(base, first_round=not self.out.rounds)
-        left = budget - self.out.spent_s - sum(t.wall_s for t in done) - self.reserve(base)
+        left = budget - self.out.spent_s - sum(map(cost, done)) - self.reserve(base)
         if base is None:  # (stock's trial still to come in this round)
             left -= (_estimate(self.last.get(self.stock), self.steps) if self.out.rounds
                      else self._first_trial_s())
@@ -825,7 +843,7 @@ class Halving:
             self.confirming = False
             for t in trials:
                 out.trials.append(t)
-                out.spent_s += t.wall_s
+                out.spent_s += cost(t)
             self.confirm = next((t for t in trials if t.configuration == self.stock
                                  and t.s_per_step is not None), None)
             return
@@ -833,7 +851,7 @@ class Halving:
         for t in trials:
             if not t.skipped:
                 out.trials.append(t)
-                out.spent_s += t.wall_s
+                out.spent_s += cost(t)
         # a candidate the budget stopped in this round before it measured anything keeps
         # what it measured in the rounds before: the round ran out of budget, and the
         # search ends on the evidence it has (an interrupted round must not undo a win)
@@ -1144,7 +1162,8 @@ def search(candidates: Sequence[Configuration], stock: Configuration,
 def _estimate(trial: Optional[Trial], steps: int) -> float:
     if trial is None or trial.s_per_step is None or trial.steps <= 0:
         return 0.0
-    fixed = max(0.0, trial.wall_s - trial.s_per_step * trial.steps)  # start-up, warm-up
+    # start-up, warm-up, and what the deploy spent around the job
+    fixed = max(0.0, trial.wall_s - trial.s_per_step * trial.steps) + trial.path_s
     return fixed + trial.s_per_step * steps
 
 

@@ -223,18 +223,22 @@ class ActionModule(ActionBase):
     @staticmethod
     def _trial(rec, Trial, Configuration, stock):
         """A trial from what the trial's tasks kept: its configuration, modak_record's
-        measured figures and status, the job's elapsed time (``stock``: the search's stock
-        configuration, which a knob the script overrides is judged against)."""
+        measured figures and status, the job's elapsed time, the trial's tasks' own time
+        (``path_s``: planning, staging, waiting and recording included; ``stock``: the
+        search's stock configuration, which a knob the script overrides is judged
+        against)."""
         from modak_lib.perf.search import departures, script_error, time_capped
 
         config = Configuration(**rec["configuration"])
         m = rec.get("measured") or {}
+        # (what the deploy spent around the trial's job: its tasks' time less the job's)
+        path = max(0.0, float(rec.get("path_s") or 0.0) - float(rec.get("elapsed_s") or 0.0))
         refused = departures(rec.get("not_applied") or {}, config, stock)
         failed = None
         if rec.get("status") == "skipped":  # (not run: Halving.skip said why)
             return Trial(config, 0, None,
                          failed=(rec.get("error") or {}).get("message") or "not tried",
-                         skipped=True)
+                         skipped=True, path_s=path)
         if rec.get("status") == "failed" or not m.get("s_per_step"):
             failed = ((rec.get("error") or {}).get("message") or rec.get("status")
                       or "no figures")
@@ -251,7 +255,7 @@ class ActionModule(ActionBase):
                      start_loss=m.get("start_loss"), refused=refused,
                      script_error=script_error(failed, rec.get("error")),
                      losses=m.get("losses") or (),
-                     steps_per_epoch=m.get("steps_per_epoch"))
+                     steps_per_epoch=m.get("steps_per_epoch"), path_s=path)
 
 
 def _s(trial, halving, job_seconds):

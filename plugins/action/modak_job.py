@@ -6,10 +6,11 @@
 States other than ``ended``/``finished`` go to the module as they are. For those two, the
 module submits (once per run), then this plugin asks it for the job's status every ``poll``
 seconds (sooner while the job is young: a search's trial lasts seconds, :func:`next_poll`)
-and prints the job's state and the time since submission (every ``poll`` seconds, and when
-it changes), so that a user sees what the scheduler says instead of Ansible's retry counter. A poll that cannot reach the
-front-end (or whose scheduler query fails) is retried; when the front-end stays away, the
-failure says that the job keeps running and that running the same task again reattaches.
+and prints the job's state and the time since submission (when it changes, else at the
+first poll ``poll`` seconds or more after the last line), so that a user sees what the
+scheduler says instead of Ansible's retry counter. A poll that cannot reach the front-end
+(or whose scheduler query fails) is retried; when the front-end stays away, the failure
+says that the job keeps running and that running the same task again reattaches.
 """
 from __future__ import absolute_import, division, print_function
 
@@ -102,7 +103,7 @@ class ActionModule(PollingAction):
                     pass
                 continue
             failures, status, last = 0, answer, answer
-            # (a line for people as before, every poll seconds, and at a change of state)
+            # (a line for people at a change of state, else poll seconds or more after the last)
             if status.get("terminal") or status.get("state") != said[1] \
                     or time.time() - said[0] >= poll - 0.5 * FIRST_POLL_S:
                 say(progress_line(host, status, time.time() - started))

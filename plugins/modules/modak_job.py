@@ -68,8 +68,9 @@ options:
     description:
       - V(submitted) submits unless this run was submitted already.
       - V(ended) does the same, then waits until the job ends (at most O(timeout) seconds),
-        printing the job's state and the time since submission every O(poll) seconds
-        and when it changes, and reports the final state without failing.
+        printing the job's state and the time since submission when it changes, else at
+        the first status query O(poll) seconds or more after the last line, and reports
+        the final state without failing.
       - The status is asked for half a second after submission, then after a quarter of
         the time waited so far, at most every O(poll) seconds (a job of a few seconds, as a
         search's trial, is seen ended within about a second of its end).

@@ -138,14 +138,15 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
                  target: Optional[str] = None, accelerator: Optional[str] = None,
                  microarchitecture: Optional[str] = None, cores: Optional[int] = None,
                  probe: Optional[dict[str, Any]] = None,
-                 job_s: Optional[float] = None) -> dict:
+                 job_s: Optional[float] = None, path_s: Optional[float] = None) -> dict:
     """One store row from a figure-of-merit record printed by the runtime (``modak_runtime``).
 
     ``microarchitecture`` and ``cores`` name the target as the planner knew it (a run inside
     a container may not see them); they replace what the run reported of its host.
     ``probe``: the target's probe record (``modak_runtime.probe``), whose figures the
     performance model describes the target by.  ``job_s``: the job's clock around the
-    launch of the one run it made (:func:`job_elapsed`).
+    launch of the one run it made (:func:`job_elapsed`); ``path_s``: what the deploy spent
+    around that job up to its record (a search's trial's tasks).
     """
     try:
         row = record.flatten(rec)
@@ -158,6 +159,7 @@ def row_from_fom(rec: dict[str, Any], *, source: str, run_id: Optional[str] = No
                source=source, run_id=run_id, repeat=repeat, image=image or HOST_IMAGE,
                target=target, accelerator=accelerator,
                image_size=shape[-2] if len(shape) >= 3 else None, job_s=job_s,
+               path_s=path_s,
                raw=json.dumps(rec, sort_keys=True))
     if microarchitecture:
         row["microarchitecture"] = microarchitecture
@@ -305,7 +307,8 @@ class ResultsStore:
         try:
             con.row_factory = sqlite3.Row
             return [dict(r) for r in con.execute(
-                "SELECT workload, image, job_s, raw FROM measurements WHERE source = 'autotune' "
+                "SELECT workload, image, job_s, path_s, raw FROM measurements "
+                "WHERE source = 'autotune' "
                 "AND target = ? AND job_s IS NOT NULL AND status != 'failed' "
                 "ORDER BY id DESC LIMIT ?", (target, limit))]
         finally:

@@ -187,6 +187,10 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     # the container's start, the runtime's start-up), filled by the recorder where the
     # job ran this one record: what a search's trial costs there besides its training
     "job_s": ("REAL", None),
+    # what the deploy spent around that job up to its record, on the controller's clock (a
+    # search's trial: its plan, staging, submission, wait and fetch), filled by the recorder
+    # where it is told when the trial started: the rest of what a trial costs a user there
+    "path_s": ("REAL", None),
     "raw": ("TEXT NOT NULL", None),
 }
 

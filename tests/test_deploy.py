@@ -534,9 +534,13 @@ def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path
     # in a fresh store, assumed it)
     clocks = [(r["job_s"], json.loads(r["raw"])["metrics"]) for r in trials]
     assert all(job_s and job_s > m["wall_s"] - m["startup_s"] for job_s, m in clocks), clocks
+    # and what the deploy spent around its job up to its record (its tasks), which a later
+    # search counts in a trial's cost too; a job's row has none
+    assert all(r["path_s"] and r["path_s"] > 0 for r in trials), [r["path_s"] for r in trials]
     assert "job path 10 s, assumed: no trial here has measured it yet" in proc.stdout
     (job,) = jobs
     assert job["steps"] == 12 and job["status"] == "ok"  # the whole job, uncapped
+    assert job["path_s"] is None
     plans = [json.loads(p.read_text()) for p in (tmp_path / "plans").glob("*/plan.json")]
     (final,) = [p for p in plans if p["decided_by"] == "autotune" and
                 "MODAK_MAX_STEPS" not in p["environment"]]

@@ -441,7 +441,7 @@ def test_the_first_round_is_cut_by_what_trials_here_cost_besides_their_training(
             "max_rounds": 3, "loss_tolerance": 0.05, "trial_overhead_s": None,
             "min_gain": 0.03, "scatter": TRIAL_SCATTER, "store": str(store.path)}
     h, how = ActionModule._start(plan, args, Configuration)
-    assert how.endswith("a trial's start-up and job path 3.0 s, as the latest 3 earlier "
+    assert how.endswith("a trial's start-up, tasks and job path 3.0 s, as the latest 3 earlier "
                         "trials of this workload here took it (the median, of at most 5)")
     # 3.65 s a trial: stock, tcmalloc and bf16 fit (11 s), the compiler's 12 s more do not
     assert h.next_round() == ([STOCK, TCMALLOC, BF16], 10)
@@ -458,6 +458,14 @@ def test_the_first_round_is_cut_by_what_trials_here_cost_besides_their_training(
     # where no trial at the target kept its clock, 10 s is assumed, as before
     h, how = ActionModule._start({**plan, "target": {"name": "new"}}, args, Configuration)
     assert how.endswith("job path 10 s, assumed: no trial here has measured it yet")
+    # a trial's row that kept what the deploy spent around its job (its tasks: planning,
+    # staging, the wait, the fetch; ``modak_record``'s ``started``): part of what a trial
+    # costs here besides its training
+    (rec,) = parse_fom_lines(_job_output(3.0, 2.0, 4.0, workload="tasks"))
+    store.append([row_from_fom(rec, source="autotune", run_id="r", target="local",
+                               image=HOST_IMAGE, job_s=4.0, path_s=5.5)])
+    assert overhead(store.trial_clocks("local"), False, "tasks") == (pytest.approx(8.5), 1,
+                                                                     True)
     assert h.next_round() is None
     assert "the budget affords 1 (11 s a trial" in h.out.verdicts[STOCK.label()]
     # and as set, whatever the store holds

@@ -35,8 +35,8 @@ Here:
   without a measured cost to go by: it is cut to the candidates that fit the budget at an
   estimated ``trial_overhead_s`` (start-up through the job path, warm-up: what earlier
   trials at the target took besides their training, :func:`measured_overhead`, where
-  they were recorded; not the deploy's time around a trial, which this search's stock
-  trial measures first) plus its steps at the predicted ``s_per_step`` and its predicted
+  they were recorded, with the deploy's tasks around each where the store kept them,
+  ``path_s``) plus its steps at the predicted ``s_per_step`` and its predicted
   warm-up beyond stock's (``warmups``: a compiler's) each, best-ranked first; where not
   even stock and one candidate fit, no trial runs and stock is kept (a job too short for
   trials to pay for themselves).  The first round measures stock, and with
@@ -526,7 +526,9 @@ def measured_overhead(trials: Sequence[dict], in_container: bool,
     one will be (in a container or outside any, ``in_container``), of its job's clock
     around the launch (``job_s``: the container's start, the runtime's start-up, the
     script's own set-up) less the runtime's clock of its training (its wall clock less
-    its start-up), with how many there were and whether they were of ``workload`` (its
+    its start-up), plus what the deploy spent around its job up to its record
+    (``path_s``: its plan, staging, submission, wait and fetch; 0 in a row without it),
+    with how many there were and whether they were of ``workload`` (its
     label: the script's own set-up is the larger part, so that workload's trials are taken
     where there are any, else any workload's); None where none was recorded.  ``trials``:
     the store's rows of them, newest first (``ResultsStore.trial_clocks``).
@@ -542,6 +544,8 @@ def measured_overhead(trials: Sequence[dict], in_container: bool,
         try:
             m = json.loads(row["raw"]).get("metrics") or {}
             rest = float(row["job_s"]) - (float(m["wall_s"]) - float(m["startup_s"]))
+            # and what the deploy spent around its job (a row of an earlier MODAK has none)
+            rest += float(row.get("path_s") or 0.0)
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
         if math.isfinite(rest) and rest >= 0:

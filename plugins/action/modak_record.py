@@ -6,6 +6,8 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import time
+
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible_collections.modak.modak.plugins.plugin_utils.modak_library import check_library
@@ -18,6 +20,7 @@ ARGS = dict(
     repeat=dict(type="int"),
     require=dict(type="bool", default=True),
     refit=dict(type="bool", default=False),
+    started=dict(type="float"),
 )
 
 
@@ -74,13 +77,17 @@ class ActionModule(ActionBase):
             # (the job's clock is its one run's: a search's trial cost, besides its training)
             runs = [rec for rec in records if kept(rec)]
             job_s = job_elapsed(text, plan["run_id"]) if len(runs) == 1 else None
+            # (and what the deploy spent around it, from when its tasks started: the rest of
+            # a trial's cost there)
+            path_s = (round(max(0.0, time.time() - args["started"] - job_s), 3)
+                      if job_s is not None and args["started"] else None)
             rows = [row_from_fom(rec, source=args["source"], run_id=plan["run_id"],
                                  repeat=args["repeat"],
                                  image=image, target=target["name"],
                                  accelerator=acc.get("model") or acc.get("vendor"),
                                  microarchitecture=target.get("microarchitecture"),
                                  cores=target.get("cores_per_node"), probe=figures,
-                                 job_s=job_s)
+                                 job_s=job_s, path_s=path_s)
                     for rec in runs]
             new = [r for r in rows if r["raw"] not in seen]
             if not self._play_context.check_mode:

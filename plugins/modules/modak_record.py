@@ -21,7 +21,8 @@ description:
     does not offer that configuration for that workload on that target and image again.
   - Where the job made one run, its row keeps the job's clock around the launch (C(job_s), the
     C(elapsed_s) of the job line the job script prints last), from which a later search at that
-    target estimates what a trial costs besides its training (modak.modak.modak_search).
+    target estimates what a trial costs besides its training (modak.modak.modak_search); and,
+    given O(started), what the deploy spent around the job up to its record (C(path_s)).
   - A job that printed no figure of merit is a failed run (unless O(require=false)).
 options:
   output:
@@ -40,6 +41,13 @@ options:
     type: str
     choices: [deploy, autotune, campaign]
     default: deploy
+  started:
+    description:
+      - When the tasks that ran this job started (seconds since the epoch, on the controller;
+        a search's trial from its first task). Where given and the job's row keeps its clock
+        (C(job_s)), the row also keeps what the deploy spent around the job up to its
+        record (C(path_s)), which a later search at the target counts in a trial's cost.
+    type: float
   repeat:
     description:
       - The round of a series of interleaved runs this run was in (a search's round, from 1).

@@ -445,6 +445,8 @@ def test_the_runs_recorded_since_a_fit_are_read_with_what_they_bear_on_alone():
     # nothing recorded since: nothing read
     quiet = card.with_runs(frame, since="2026-11-23T00:00:00+00:00")
     assert quiet.measured == card.measured and quiet.workloads == card.workloads
+    # (a time without its zone is UTC, as a card's)
+    assert of(card.with_runs(frame, since=before[:-6]), "user-y") == of(since, "user-y")
 
 
 def test_too_little_data_is_an_error():

@@ -1078,7 +1078,10 @@ def since_rows(df, since: str):
                 "recorded_at"):
         if col not in d:
             d[col] = None
-    new = (recorded_times(d) >= pd.Timestamp(since)).to_numpy()
+    start = pd.Timestamp(since)
+    if start.tzinfo is None:  # (a card's time is UTC)
+        start = start.tz_localize("UTC")
+    new = (recorded_times(d) >= start).to_numpy()
     idents = workload_idents(d)
     scripts = row_labels(d, ["fingerprint", "workload", "framework"])
     return (df[idents.isin(set(idents[new])).to_numpy()],

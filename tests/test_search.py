@@ -182,6 +182,9 @@ def test_what_the_deploy_spends_around_a_trial_is_part_of_its_cost():
     assert {t.configuration for t in tight.trials if t.round == 1} == {STOCK, TCMALLOC}
     assert tight.verdicts[ONE.label()].startswith("not tried: the budget (30.0 s")
     assert "stock's 9.5 s" in tight.verdicts[ONE.label()]
+    assert ("6.0 s a trial may take beyond its cap through the job path: up to 2x the 0.0 s "
+            "stock's took outside the runtime's clock, and the 6.0 s the deploy spent around "
+            "its job") in tight.verdicts[ONE.label()]
     assert tight.spent_s <= 30
     # the summary's figure is the trials' whole cost
     assert f"{tight.spent_s:.0f} s of a 30 s budget" in tight.summary()

@@ -718,10 +718,12 @@ class Halving:
                f"{shortest:.1f} s: what stock's trial took to measure a step time, its "
                f"start-up {base.startup_s:.1f} s")
         outside = outside_clock(base)
-        if outside:
+        if outside or base.path_s:
+            tasks = (f", and the {base.path_s:.1f} s the deploy spent around its job"
+                     if base.path_s else "")
             why += (f"; and {beyond_cap(base):.1f} s a trial may take beyond its cap "
                     f"through the job path: up to {OUTSIDE_SCATTER:g}x the {outside:.1f} s "
-                    f"stock's took outside the runtime's clock")
+                    f"stock's took outside the runtime's clock{tasks}")
         kept = self.reserve(base)
         kept = f", and {kept:.1f} s kept for its second trial" if kept else ""
         return (f"not tried: the budget ({budget:.1f} s, the job as stock's trial measured "

@@ -244,8 +244,8 @@ class Trial:
     # what the deploy spent on the trial around its job, on the controller's clock: its
     # plan, staging, submission, the wait's last poll, fetching and recording (0 where it
     # ran in-process, as the benchmarks' trials).  Part of its cost (:func:`cost`): a user
-    # waits for it as for the job; 5-6 s a trial through the local job path here, beside
-    # jobs of 4-6 s
+    # waits for it as for the job; 4.9-5.5 s a trial through the local job path here,
+    # beside jobs of 3.3-6.0 s
     path_s: float = 0.0
 
 

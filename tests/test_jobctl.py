@@ -4,6 +4,7 @@ commands: what it concludes when the scheduler answers, and when it does not.
 
 Adding a scheduler backend = its file, its registry line and its rows in CONTRACT and
 SUBMIT below (test_every_backend_has_contract_rows says which are missing)."""
+import itertools
 import json
 import os
 import sys
@@ -484,12 +485,12 @@ def test_the_wait_asks_a_young_job_soon_and_prints_a_line_per_poll_or_change(mon
     assert sleeps[:3] == [0.5, 0.5, 0.5]  # (a quarter of under 2 s is less than half of one)
     assert max(sleeps) == 5 and sleeps[-1] == 5
     # RUNNING ended at 3.2 s: seen within a second (a fixed 5 s saw it at 5 s)
-    ends = [now for now in _times(sleeps) if now >= 3.2]
+    times = list(itertools.accumulate(sleeps))  # (when each query after a sleep was made)
+    ends = [t for t in times if t >= 3.2]
     assert ends[0] - 3.2 < 1.0
     # the query that failed waited the whole poll before the next
     failed_at = next(i for i, line in enumerate(lines) if line.startswith("WARNING"))
     assert "retrying in 5 s" in lines[failed_at]
-    times = _times(sleeps)
     after = next(i for i, t in enumerate(times) if t > 9)
     assert sleeps[after] < 5 and sleeps[after + 1] == 5
     # lines: at submission, at each change of state, and no closer than poll otherwise
@@ -500,12 +501,3 @@ def test_the_wait_asks_a_young_job_soon_and_prints_a_line_per_poll_or_change(mon
     assert len(said) < len(sleeps) / 2 + 2
     completing = [line for line in said if " COMPLETING," in line]
     assert 6 <= len(completing) <= 9  # (37 s at one line per 5 s)
-
-
-def _times(sleeps):
-    """The times since submission at which each query after a sleep was made."""
-    out, t = [], 0.0
-    for s in sleeps:
-        t += s
-        out.append(t)
-    return out

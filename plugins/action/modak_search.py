@@ -214,8 +214,8 @@ class ActionModule(ActionBase):
         seen = measured_overhead(rows, plan.get("runtime") != "none", workload)
         if seen is None:
             return DEFAULT_OVERHEAD_S, ("a trial's start-up, tasks and job path %.0f s, "
-                                        "assumed: no "
-                                        "trial here has measured it yet" % DEFAULT_OVERHEAD_S)
+                                        "assumed: no trial here has measured it yet"
+                                        % DEFAULT_OVERHEAD_S)
         return seen[0], ("a trial's start-up, tasks and job path %.1f s, as the latest %d earlier "
                          "trials %shere took it (the median, of at most %d)"
                          % (seen[0], seen[1], "of this workload " if seen[2] else "",

@@ -10,11 +10,13 @@ import os
 import runpy
 import signal
 import sys
+import time
 from typing import Optional
 
-from . import keras_support, ranks, torch_support
+from . import keras_support, launched, ranks, torch_support
 from .record import emit
-from .session import Session, knobs_from_env, on_hard_exit, run_guarded, seed_the_run
+from .session import (Session, StopTrial, knobs_from_env, on_hard_exit, run_guarded,
+                      seed_the_run, short)
 
 USAGE = "usage: python3 -m modak_runtime [--] SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
@@ -23,18 +25,20 @@ class Terminated(BaseException):
     """SIGTERM (a scheduler's wall-time or cancel signal) reached the training."""
 
 
-def _on_sigterm(signum, frame):
-    raise Terminated("terminated by SIGTERM (the scheduler's wall-time limit or a cancel)")
-
-
 def handle_sigterm(session: Session) -> None:
     """In a container this process is PID 1, and the kernel drops signals that PID 1 has no
     handler for: without one, a scheduler's SIGTERM at the wall time would not stop the
     training (it would run on until the SIGKILL). The handler ends the script cleanly, so
-    that its record (status failed, the reason) is still printed."""
+    that its record (status failed, the reason) is still printed.  Once the script has
+    ended (``session.ending``) it does nothing: the record is being made, and a SIGTERM
+    then (torchrun's to every rank once one has failed) would leave none."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        session.sigterm_handler = _on_sigterm
+        def on_sigterm(signum, frame):
+            if not session.ending:
+                raise Terminated("terminated by SIGTERM (the scheduler's wall-time limit or "
+                                 "a cancel)")
+        signal.signal(signal.SIGTERM, on_sigterm)
+        session.sigterm_handler = on_sigterm
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -54,11 +58,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     session = Session(knobs_from_env(), target)
+    me = launched.launched()  # (one of the ranks torchrun, srun or mpirun started)
+    if me is not None:
+        launched.join(session, me)
     handle_sigterm(session)
     torch_support.install(session)
     keras_support.install(session)
     ranks.install(session)
-    seed_the_run(session)
+    seed_the_run(session, me.rank if me is not None else 0)
 
     # what `python3 SCRIPT ARGS` would show the script
     if module is None:
@@ -74,13 +81,28 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
 
+    if me is not None and me.rank:
+        return _another_rank(session, me, script)
     # (a script that leaves by os._exit: its record is printed first)
     restore = on_hard_exit(lambda status, error: emit(session.record(status, error)),
                            session)
     status, error, code = run_guarded(session, script, terminated=Terminated)
     restore()
     sys.stdout.flush()
+    peers = session.peers
+    if peers is not None and status == "failed":
+        # (after another rank's failure: the collective it left, the launcher's SIGTERM)
+        for index, theirs in peers.failures(before=time.time()):
+            error = dict(theirs, message=short(f"rank {index}: {theirs.get('message', '')}"))
+            break
     emit(session.record(status, error))
+    if peers is not None:
+        if session.stop_at is not None:  # (it stopped the run: the others stop with it)
+            ends = session.step_ends
+            step = ends[-1] - ends[-2] if len(ends) > 1 else 0.0
+            peers.end_others(0.2 if peers.cut else max(launched.END_GRACE_S, 3 * step))
+        else:
+            peers.leave()
     terminated = (code == 128 + signal.SIGTERM and error
                   and error["type"].endswith(".Terminated"))
     if terminated or status == "capped":
@@ -93,6 +115,43 @@ def main(argv: Optional[list[str]] = None) -> int:
         sys.stderr.flush()
         end_descendants()
         os._exit(code)
+    return code
+
+
+def _another_rank(session: Session, me: "launched.Launched", script) -> int:
+    """A launched rank other than 0: it trains as rank 0 does and prints no record (the
+    run's is rank 0's).  Its failure is left for rank 0 and said on its standard error;
+    ended by rank 0's stop (a collective rank 0 left, its SIGTERM), it exits 0."""
+    peers = session.peers
+
+    def failed(status: str, error) -> None:
+        if status == "failed" and peers is not None:
+            peers.failed(error)
+
+    runtimes = session.sigterm_handler
+    if peers is not None and runtimes is not None and \
+            signal.getsignal(signal.SIGTERM) is runtimes:
+        def on_sigterm(signum, frame):  # (rank 0's, having stopped the run: no failure)
+            if peers.stop() is not None and not session.ending:
+                raise StopTrial()
+            runtimes(signum, frame)
+        signal.signal(signal.SIGTERM, on_sigterm)
+        session.sigterm_handler = on_sigterm
+    restore = on_hard_exit(failed, session)
+    status, error, code = run_guarded(session, script, terminated=Terminated)
+    restore()
+    stopped = peers is not None and peers.stop() is not None
+    if status == "failed" and not stopped:
+        failed(status, error)
+        print(f"modak_runtime: rank {me.rank} of {me.ranks}: "
+              f"{(error or {}).get('message', 'failed')}", file=sys.stderr)
+    if peers is not None:
+        peers.leave()
+    if status == "capped" or stopped:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        end_descendants()
+        os._exit(0)
     return code
 
 

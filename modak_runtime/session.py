@@ -113,6 +113,7 @@ def run_guarded(session: "Session", call: Callable[[], Any],
             call()
         finally:
             session.disarm_time_cap()
+            session.ending = True  # (the record is made from here on)
     except StopTrial:
         status = "capped"
         error = session.time_cap_error()
@@ -324,7 +325,13 @@ class Session:
         self.armed = False  # the time cap's alarm is set (arm_time_cap)
         self.alarm_handler: Optional[Callable] = None  # the SIGALRM handler it set
         self.sigterm_handler: Optional[Callable] = None  # the runtime's, where it set one
+        self.ending = False  # the script (or rank's function) has ended: run_guarded
         self.warmup = _int_env("MODAK_WARMUP_STEPS")
+        # the ranks a launcher started beside this one (launched.py): where they share a
+        # directory on this node, rank 0 alone has the time cap and tells the others when
+        # the run stops (after ``stop_at`` steps)
+        self.peers: Any = None
+        self.stop_at: Optional[int] = None
         self.framework = "unknown"
         self.framework_version: Optional[str] = None
         self.applied: dict[str, str] = {}
@@ -363,13 +370,32 @@ class Session:
         self.step_ends.append(time.perf_counter())
         if self.t_train is None:
             self.t_train = self.t_start
-        if self.max_steps is not None and len(self.step_ends) >= self.max_steps:
+        steps = len(self.step_ends)
+        if self.max_steps is not None and steps >= self.max_steps:
             self.stopped_by = "steps"
+            raise StopTrial()
+        if self.peers is not None and self.peers.me.rank:  # (rank 0's stop: launched.py)
+            stop = self.peers.stop()
+            if stop is not None and steps >= stop:
+                self.stopped_by = "time"
+                raise StopTrial()
+        if self.stop_at is not None and steps >= self.stop_at:
+            self.stopped_by = "time"
             raise StopTrial()
         if self.max_seconds is not None and \
                 self.step_ends[-1] - self.t_start >= self.max_seconds:
+            if self.peers is not None:  # (rank 0 with ranks beside it: they stop with it)
+                self.stop_beside_ranks(steps + 1)
+                return
             self.stopped_by = "time"
             raise StopTrial()
+
+    def stop_beside_ranks(self, steps: int) -> None:
+        """Rank 0 of launched ranks past its time cap: the run stops once ``steps`` steps
+        have ended, in every rank (launched.py)."""
+        if self.stop_at is None or steps < self.stop_at:
+            self.stop_at = steps
+            self.peers.stop_after(steps)
 
     def next_model(self, same: bool) -> None:
         """A later model's steps begin with the next one (see ``models``)."""
@@ -400,6 +426,17 @@ class Session:
         def on_alarm(signum, frame):
             if not session.armed:  # (one delivered as the run was ending)
                 return
+            if session.peers is not None:
+                # launched ranks stop together at the end of the step after the one under
+                # way (the others may have ended this one: its collectives may be done),
+                # unless that runs on past the grace: then here, and rank 0 ends the others
+                from .launched import STOP_GRACE_S
+                steps = len(session.step_ends)
+                session.stop_beside_ranks(steps + 2)
+                if time.perf_counter() - session.t_start < session.max_seconds + STOP_GRACE_S:
+                    return
+                session.stop_beside_ranks(steps)
+                session.peers.cut = True  # (rank 0 ends the others: launched.Peers.end_others)
             session.stopped_by = "time"
             raise StopTrial()
 

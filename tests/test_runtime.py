@@ -541,6 +541,93 @@ def test_a_rank_ended_after_its_function_returned_is_told_apart():
     assert float(out.split()[-1]) == pytest.approx(rec["metrics"]["final_loss"], rel=1e-6)
 
 
+def _torchrun(args, env, tmp_path, late=0.0, timeout=180):
+    """The ranks as the job script starts them (``torchrun ... --no-python -- python3 -m
+    modak_runtime SCRIPT``), rank 1's runtime starting ``late`` seconds after rank 0's:
+    (return code, the records printed, stdout, stderr, seconds)."""
+    full = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    full.update(env, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
+    start = f'[ "$LOCAL_RANK" = 1 ] && sleep {late}; exec "$0" -m modak_runtime -- "$@"'
+    cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone",
+           "--nproc-per-node=2", "--no-python", "--", "sh", "-c", start, sys.executable,
+           str(SCRIPTS / "torchrun_ddp.py"), *args]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=full, timeout=timeout,
+                          cwd=ROOT)
+    return (proc.returncode, parse_fom_lines(proc.stdout), proc.stdout, proc.stderr,
+            time.monotonic() - t0)
+
+
+def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
+    """torchrun's ranks each run the runtime: the run's record is rank 0's alone (each
+    rank printed one, and the store kept the run twice), and a trial's time cap stops every
+    rank after the same step: with each rank's own cap, rank 1 (started 0.4 s after rank 0)
+    failed in its collective once rank 0 had stopped, and torchrun with it.  A step that
+    outlasts the cap (a compilation) is stopped inside, the other rank ended without a
+    failure; another rank's failure is named in rank 0's record."""
+    need("torch")
+    rc, recs, out, err, _ = _torchrun(["30"], {}, tmp_path)
+    assert rc == 0 and len(recs) == 1, err
+    rec = recs[0]
+    assert rec["status"] == "ok" and rec["metrics"]["steps"] == 30
+    assert rec["effect"]["ranks"] == 2 and rec["effect"]["launcher"] == "torchrun"
+    assert rec["fingerprint"]["batch_size"] == 24  # (one rank's batch)
+    assert float(out.split("final loss")[1].split()[0]) == pytest.approx(
+        rec["metrics"]["final_loss"], rel=1e-6)
+
+    rc, recs, out, err, _ = _torchrun(["100000"], {"MODAK_MAX_SECONDS": "6"}, tmp_path,
+                                      late=0.5)
+    assert rc == 0 and len(recs) == 1, err
+    assert recs[0]["status"] == "capped" and recs[0]["metrics"]["steps"] >= 2
+    assert recs[0]["effect"]["stopped_by"] == "MODAK_MAX_SECONDS"
+
+    rc, recs, out, err, took = _torchrun(["100000", "stall"], {"MODAK_MAX_SECONDS": "10"},
+                                         tmp_path, late=0.5)
+    assert rc == 0 and len(recs) == 1 and recs[0]["status"] == "capped", err
+    assert took < 40  # (its step would have taken 60 s)
+    assert "Traceback" not in err  # (rank 1, ended by rank 0's stop, did not fail)
+
+    rc, recs, out, err, _ = _torchrun(["100000", "fail"], {}, tmp_path)
+    assert rc != 0 and len(recs) == 1 and recs[0]["status"] == "failed"
+    assert recs[0]["error"]["message"] == "rank 1: rank 1 cannot read its shard"
+    assert "modak_runtime: rank 1 of 2: rank 1 cannot read its shard" in err
+    assert not list(tmp_path.glob("modak-ranks-*"))  # (what the ranks shared is gone)
+
+
+def test_a_launchers_ranks_are_read_from_its_variables(tmp_path):
+    """torchrun's, a Slurm step's and Open MPI's variables give the rank and how many ran;
+    a single rank, a batch script's variables and nonsense give none.  The directory the
+    ranks share must be this user's own."""
+    from modak_runtime import launched
+
+    torchrun = {"TORCHELASTIC_RUN_ID": "abc", "RANK": "1", "WORLD_SIZE": "4",
+                "LOCAL_WORLD_SIZE": "4"}
+    assert launched.launched(torchrun) == launched.Launched("torchrun", 1, 4, True, "abc.0")
+    assert launched.launched({**torchrun, "LOCAL_WORLD_SIZE": "2"}).local is False
+    assert launched.launched({**torchrun, "WORLD_SIZE": "1", "RANK": "0"}) is None
+    assert launched.launched({**torchrun, "RANK": "4"}) is None
+    assert launched.launched({**torchrun, "RANK": "x"}) is None
+    srun = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+            "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1"}
+    assert launched.launched(srun) == launched.Launched("srun", 0, 2, True, "7.0")
+    assert launched.launched({**srun, "SLURM_STEP_NUM_NODES": "2"}).local is False
+    batch = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "4"}
+    assert launched.launched(batch) is None  # (the batch script: one process)
+    ompi = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMIX_NAMESPACE": "ns1"}
+    assert launched.launched(ompi) == launched.Launched("mpirun", 2, 3, True, "ns1")
+    assert launched.launched({}) is None
+
+    me = launched.launched(torchrun)
+    peers = launched.Peers(me, root=str(tmp_path))
+    assert peers.usable and (Path(peers.dir) / "pid.1").read_text() == str(os.getpid())
+    assert peers.stop() is None
+    peers.leave()
+    assert not Path(peers.dir).exists()
+    os.mkdir(peers.dir, 0o755)  # (made by someone else, or readable by others: not used)
+    assert not launched.Peers(me, root=str(tmp_path)).usable
+
+
 def test_ranks_that_cannot_be_started_leave_no_report_file(tmp_path, monkeypatch):
     """torch.multiprocessing failing to start the ranks (no processes left to join): the
     file rank 0 was to report in is removed, the script gets the error as it was, and the

@@ -43,7 +43,9 @@ Here:
   ``budget_fraction`` the budget is
   then re-based on stock's measured job time (the planner's estimate of it may be far off
   for a new workload), once: a later round's stock trial does not move it, so what was
-  spent by it stays within it.  Where a round leaves no candidate going on and the first
+  spent by it stays within it; unless that one ran :data:`DISTURBED_STOCK` times faster or
+  more (the first was disturbed): then the budget is re-based on it, never below what was
+  spent.  Where a round leaves no candidate going on and the first
   round's cut left some untried, the best-ranked of those run in a round of their own, at
   the first round's steps, as many as the budget has left at stock's cost each
   (:meth:`Halving._refill`): a cut made on a prediction does not leave the re-based budget
@@ -126,6 +128,13 @@ CAP_OVERRUN_S = 0.5
 # out; through Slurm and Podman here two such trials took 1.7x and 2.1x stock's 1.09 s,
 # and an eager one on a slower container store 1.5x stock's 15.1 s
 OUTSIDE_SCATTER = 2.0
+# how much slower than a later stock trial of the same search stock's first trial must have
+# been to be taken as disturbed (another process, a cold cache), and the budget re-based on
+# the later one instead (:meth:`Halving._budget`): far beyond a trial's round-to-round
+# scatter (TRIAL_SCATTER, 0.091 in log time; one round in ten 35% off), and the one seen
+# here was 10x (0.647 s a step against 0.065, a sanity check running beside it: the budget
+# re-based on it was 498 s where the job's 30% was about 50 s)
+DISTURBED_STOCK = 2.0
 # the fewest steps the runtime measures a step time from (the second step's end less the
 # first's)
 MEASURED_STEPS = 2
@@ -424,6 +433,22 @@ def job_seconds(trial: Trial, job_steps: Optional[int]) -> float:
     if trial.s_per_step is None:
         return math.inf
     return job_time(trial.s_per_step, trial.warmup_s, job_steps)
+
+
+def disturbed_stock(trials: Sequence[Trial], stock: Configuration) -> Optional[Trial]:
+    """The stock trial of a later round, of ``trials`` (a search's, in order), that ran
+    :data:`DISTURBED_STOCK` times faster than stock's first trial or more (the fastest such,
+    the last of equals), which says the first was disturbed; None where none did."""
+    measured = [t for t in trials if t.configuration == stock and t.s_per_step]
+    if len(measured) < 2:
+        return None
+    first, later = measured[0], measured[1:]
+    found = None
+    for t in later:
+        if t.round != first.round and t.s_per_step * DISTURBED_STOCK <= first.s_per_step \
+                and (found is None or t.s_per_step <= found.s_per_step):
+            found = t
+    return found
 
 
 def wall_steps(walltime_s: Optional[float], s_per_step: Optional[float]) -> Optional[int]:
@@ -763,10 +788,18 @@ class Halving:
         measured it; else the budget as it stands.  Re-based once: re-based again on a
         later, faster stock trial, it shrank below what the rounds before had spent by it
         (an LSTM LM's search, its budget 33 s after round 1, 24 s after round 2: 29 s spent
-        "of a 24 s budget")."""
+        "of a 24 s budget").  Except where stock's first trial was disturbed (a later one
+        measured it :data:`DISTURBED_STOCK` times faster or more, :func:`disturbed_stock`):
+        then on that later trial, never below what was spent (a first trial that ran 10x
+        slow had made the budget 10x the job's fraction)."""
         if first_round and self.budget_fraction and base is not None and \
                 base.s_per_step is not None and (steps := self.steps_for(base)):
             return self.budget_fraction * job_seconds(base, steps)
+        if not first_round and self.budget_fraction and base is not None and \
+                disturbed_stock(self.out.trials + [base], self.stock) is base and \
+                (steps := self.steps_for(base)):
+            return min(self.budget_s, max(self.out.spent_s,
+                                          self.budget_fraction * job_seconds(base, steps)))
         return self.budget_s
 
     def steps_for(self, base: Optional[Trial]) -> Optional[int]:

@@ -40,7 +40,8 @@ description:
     C(steps), stated or measured by its last full run) or of stated epochs (the plan's
     C(epochs), whose steps are as many as an epoch made in stock's first trial), the budget
     is re-based on the job's time at stock's measured speed, once (a later round's stock
-    trial does not move it).
+    trial does not move it, unless it ran 2x faster or more than the first, which was then
+    disturbed - the budget is re-based on it, never below what was spent).
   - Each candidate's trial is capped at its share of what the budget has left (O(cap_for)
     asks for it just before the trial runs), so that a compilation longer than the budget
     ends its trial, not the budget; stock's trial in a round is not capped, its second trial

@@ -594,6 +594,26 @@ def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
     assert not list(tmp_path.glob("modak-ranks-*"))  # (what the ranks shared is gone)
 
 
+def test_the_tasks_of_an_srun_step_are_one_run(frontend, tmp_path):
+    """A Slurm step's tasks each run the runtime (MODAK's job script starts a multi-node
+    job's ranks with srun): one record, rank 0's, where each task printed its own; a trial's
+    time cap ends both tasks (rank 1 stops at rank 0's word, not its own clock)."""
+    need("torch")
+    full = {k: v for k, v in os.environ.items() if k not in KNOBS}
+    full.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
+    cmd = ["srun", "-n", "2", "-N", "1", sys.executable, "-m", "modak_runtime", "--",
+           str(SCRIPTS / "mlp.py")]
+    for steps, env in (("40", {}), ("100000", {"MODAK_MAX_SECONDS": "8"})):
+        proc = subprocess.run(cmd + [steps], capture_output=True, text=True, timeout=300,
+                              cwd=ROOT, env={**full, **env})
+        recs = parse_fom_lines(proc.stdout)
+        assert proc.returncode == 0 and len(recs) == 1, proc.stderr[-2000:]
+        assert recs[0]["effect"]["ranks"] == 2 and recs[0]["effect"]["launcher"] == "srun"
+        assert recs[0]["status"] == ("ok" if not env else "capped")
+    assert recs[0]["effect"]["stopped_by"] == "MODAK_MAX_SECONDS"
+    assert not list(tmp_path.glob("modak-ranks-*"))
+
+
 def test_a_launchers_ranks_are_read_from_its_variables(tmp_path):
     """torchrun's, a Slurm step's and Open MPI's variables give the rank and how many ran;
     a single rank, a batch script's variables and nonsense give none.  The directory the

@@ -15,7 +15,7 @@ others waiting in a collective for a step it never takes.  (Measured here before
 rank 1 started 0.4 s after rank 0, each rank's own time cap stopped rank 0 a step before
 rank 1, rank 1 failed with gloo's "Connection closed by peer" and torchrun with exit status
 1; under NCCL it would have waited for its collective's timeout.)  The step cap does so by
-itself: every rank counts the same optimizer steps.  The time cap is rank 0's alone.  Once
+itself: every rank counts the same optimizer steps.  The time cap is rank 0's to decide.  Once
 rank 0's clock passes it (its alarm, or the end of a step), rank 0 writes that the run stops
 after the step it has not yet ended, and ends that one too; every other rank reads that at
 the end of each of its steps (a ``stat``, about 2 µs) and stops there.  None of them can
@@ -26,10 +26,13 @@ now, prints its record and ends the other ranks (SIGTERM; SIGKILL for one still 
 after :data:`END_GRACE_S`, waiting in a collective).  A rank ended by rank 0's stop prints
 nothing and exits 0.
 
-The ranks share a directory for this (its name from the launcher's id for the run), so only
-ranks on rank 0's node are coordinated: ranks on other nodes keep caps of their own, as
-before (MODAK starts a multi-node job's ranks with the scheduler's launcher, which ends the
-others when one exits non-zero).
+The ranks share a directory for this (in the temporary directory, its name from the
+launcher's id for the run), so only ranks on rank 0's node are coordinated: ranks on other
+nodes keep caps of their own, as before (MODAK starts a multi-node job's ranks with the
+scheduler's launcher, which ends the others when one exits non-zero).  Another rank on the
+node keeps a cap of its own too, :data:`RANK_CAP_SLACK_S` later than rank 0's: where the
+ranks do not in fact share the directory (each in a container of its own, with its own
+``/tmp``), it still stops.
 """
 from __future__ import annotations
 
@@ -47,6 +50,10 @@ from typing import Any, Mapping, Optional
 # how long after the time cap rank 0 waits for the step under way to end before it stops
 # the run inside it (its alarm repeats every session.ALARM_REPEAT_S until then)
 STOP_GRACE_S = 1.0
+# how long after the time cap another rank stops by its own clock, where rank 0 has not
+# stopped it by then: longer than rank 0 takes to stop the run (a step, or STOP_GRACE_S
+# and END_GRACE_S), and than the ranks' starts may be apart
+RANK_CAP_SLACK_S = 5.0
 # how long rank 0, having stopped, waits for the other ranks to end before SIGTERM, and
 # after SIGTERM before SIGKILL
 END_GRACE_S = 2.0
@@ -71,15 +78,18 @@ def _int(environ: Mapping[str, str], name: str) -> Optional[int]:
 
 def join(session: Any, me: Launched) -> None:
     """Make ``session`` rank ``me.rank`` of launched ranks: its record says how many ran;
-    where they all run on this node and share a directory, rank 0 alone has the time cap."""
+    where they all run on this node and share a directory, rank 0 decides when the time cap
+    stops the run (another rank's own cap comes :data:`RANK_CAP_SLACK_S` later)."""
     session.effect.update(ranks=me.ranks, launcher=me.launcher)
     if not me.local:
         return
     peers = Peers(me)
     if peers.usable:
         session.peers = peers
-        if me.rank:
-            session.max_seconds = None
+        if me.rank and session.max_seconds is not None:
+            # (rank 0's word comes first; its own cap, later, holds where the directory is
+            # not rank 0's too: each rank in a container of its own, with its own /tmp)
+            session.max_seconds += max(RANK_CAP_SLACK_S, 0.25 * session.max_seconds)
 
 
 def launched(environ: Optional[Mapping[str, str]] = None) -> Optional[Launched]:

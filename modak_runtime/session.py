@@ -328,8 +328,8 @@ class Session:
         self.ending = False  # the script (or rank's function) has ended: run_guarded
         self.warmup = _int_env("MODAK_WARMUP_STEPS")
         # the ranks a launcher started beside this one (launched.py): where they share a
-        # directory on this node, rank 0 alone has the time cap and tells the others when
-        # the run stops (after ``stop_at`` steps)
+        # directory on this node, rank 0 decides when the time cap stops them and tells them
+        # (the run stops after ``stop_at`` steps)
         self.peers: Any = None
         self.stop_at: Optional[int] = None
         self.framework = "unknown"
@@ -384,11 +384,15 @@ class Session:
             raise StopTrial()
         if self.max_seconds is not None and \
                 self.step_ends[-1] - self.t_start >= self.max_seconds:
-            if self.peers is not None:  # (rank 0 with ranks beside it: they stop with it)
+            if self.leads_ranks():  # (they stop with it)
                 self.stop_beside_ranks(steps + 1)
                 return
             self.stopped_by = "time"
             raise StopTrial()
+
+    def leads_ranks(self) -> bool:
+        """Rank 0 of launched ranks that share a directory on this node (launched.py)."""
+        return self.peers is not None and not self.peers.me.rank
 
     def stop_beside_ranks(self, steps: int) -> None:
         """Rank 0 of launched ranks past its time cap: the run stops once ``steps`` steps
@@ -426,7 +430,7 @@ class Session:
         def on_alarm(signum, frame):
             if not session.armed:  # (one delivered as the run was ending)
                 return
-            if session.peers is not None:
+            if session.leads_ranks():
                 # launched ranks stop together at the end of the step after the one under
                 # way (the others may have ended this one: its collectives may be done),
                 # unless that runs on past the grace: then here, and rank 0 ends the others

@@ -541,16 +541,20 @@ def test_a_rank_ended_after_its_function_returned_is_told_apart():
     assert float(out.split()[-1]) == pytest.approx(rec["metrics"]["final_loss"], rel=1e-6)
 
 
-def _torchrun(args, env, tmp_path, late=0.0, timeout=180):
+def _torchrun(args, env, tmp_path, late=0.0, timeout=180, script="torchrun_ddp.py",
+              apart=False):
     """The ranks as the job script starts them (``torchrun ... --no-python -- python3 -m
-    modak_runtime SCRIPT``), rank 1's runtime starting ``late`` seconds after rank 0's:
+    modak_runtime SCRIPT``), rank 1's runtime starting ``late`` seconds after rank 0's
+    (``apart``: each rank with a temporary directory of its own, as in a container each):
     (return code, the records printed, stdout, stderr, seconds)."""
     full = {k: v for k, v in os.environ.items() if k not in KNOBS}
     full.update(env, PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
-    start = f'[ "$LOCAL_RANK" = 1 ] && sleep {late}; exec "$0" -m modak_runtime -- "$@"'
+    start = (f'[ "$LOCAL_RANK" = 1 ] && sleep {late}; '
+             + ('export TMPDIR="$TMPDIR/rank$LOCAL_RANK"; mkdir "$TMPDIR"; ' if apart else "")
+             + 'exec "$0" -m modak_runtime -- "$@"')
     cmd = [str(Path(sys.executable).with_name("torchrun")), "--standalone",
            "--nproc-per-node=2", "--no-python", "--", "sh", "-c", start, sys.executable,
-           str(SCRIPTS / "torchrun_ddp.py"), *args]
+           str(SCRIPTS / script), *args]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=full, timeout=timeout,
                           cwd=ROOT)
@@ -592,6 +596,13 @@ def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
     assert recs[0]["error"]["message"] == "rank 1: rank 1 cannot read its shard"
     assert "modak_runtime: rank 1 of 2: rank 1 cannot read its shard" in err
     assert not list(tmp_path.glob("modak-ranks-*"))  # (what the ranks shared is gone)
+
+    # ranks that do not in fact share the directory (independent ones here): rank 1 stops
+    # by its own clock, a little after rank 0 (it had no cap of its own)
+    rc, recs, out, err, took = _torchrun(["1000000"], {"MODAK_MAX_SECONDS": "5"}, tmp_path,
+                                         script="mlp.py", apart=True)
+    assert rc == 0 and len(recs) == 1 and recs[0]["status"] == "capped", err
+    assert took < 60  # (a million steps: minutes)
 
 
 def test_the_tasks_of_an_srun_step_are_one_run(frontend, tmp_path):

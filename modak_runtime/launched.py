@@ -15,16 +15,17 @@ others waiting in a collective for a step it never takes.  (Measured here before
 rank 1 started 0.4 s after rank 0, each rank's own time cap stopped rank 0 a step before
 rank 1, rank 1 failed with gloo's "Connection closed by peer" and torchrun with exit status
 1; under NCCL it would have waited for its collective's timeout.)  The step cap does so by
-itself: every rank counts the same optimizer steps.  The time cap is rank 0's to decide.  Once
-rank 0's clock passes it (its alarm, or the end of a step), rank 0 writes that the run stops
-after the step it has not yet ended, and ends that one too; every other rank reads that at
-the end of each of its steps (a ``stat``, about 2 µs) and stops there.  None of them can
-have ended that step before rank 0 wrote it: that step's gradients wait for rank 0's.  A
-step that has not ended :data:`STOP_GRACE_S` after the cap (a compilation longer than the
-cap) is stopped where it is, as a single process's is: rank 0 writes that the run stops
-now, prints its record and ends the other ranks (SIGTERM; SIGKILL for one still there
-after :data:`END_GRACE_S`, waiting in a collective).  A rank ended by rank 0's stop prints
-nothing and exits 0.
+itself: every rank counts the same optimizer steps.  The time cap is rank 0's to decide.
+Once rank 0's clock passes it, rank 0 writes that the run stops after a step that no other
+rank can have ended yet (each step's gradients wait for rank 0's): at the end of one of its
+steps, the next one; from its alarm inside a step, the one after that (the others may have
+ended the step under way, its collectives done).  It ends that step too; every other rank
+reads the stop at the end of each of its steps (a file opened, or not there: a few µs) and
+stops there.  A step that has not ended :data:`STOP_GRACE_S` after the cap (a compilation
+longer than the cap) is stopped where it is, as a single process's is: rank 0 writes that
+the run stops now, prints its record and ends the other ranks (SIGTERM; SIGKILL for one
+still there after :data:`END_GRACE_S`, waiting in a collective).  A rank ended by rank 0's
+stop prints nothing and exits 0.
 
 The ranks share a directory for this (in the temporary directory, its name from the
 launcher's id for the run), so only ranks on rank 0's node are coordinated: ranks on other

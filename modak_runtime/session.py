@@ -65,6 +65,11 @@ def blame(text: str, files: str, config: Config) -> Optional[str]:
     return None
 
 
+# PyTorch's words for a process group initialised from the environment (env://, as a script
+# written for torchrun does) in a process no launcher started
+RENDEZVOUS_UNSET = re.compile(r"env:// rendezvous: environment variable \w+ expected, but not set")
+
+
 def short(text: str, limit: int = 500) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -76,8 +81,13 @@ def failure(exc: BaseException, config: Config) -> dict[str, Any]:
         return exc.error
     files = " ".join(f.filename for f in traceback.extract_tb(exc.__traceback__))
     text = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
+    message = str(exc) or type(exc).__name__
+    if RENDEZVOUS_UNSET.search(message):  # (a script written for torchrun, run as one process)
+        message = (f"{message} (the script takes its rank from a launcher such as torchrun: "
+                   "it runs as several processes per node, which the request's "
+                   "job_options.process_count_per_node asks for)")
     return {"type": f"{type(exc).__module__}.{type(exc).__name__}",
-            "knob": blame(text, files, config), "message": short(str(exc) or type(exc).__name__)}
+            "knob": blame(text, files, config), "message": short(message)}
 
 
 def _exit_error(code: Any, how: str = "") -> dict[str, Any]:

@@ -605,6 +605,18 @@ def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
     assert took < 60  # (a million steps: minutes)
 
 
+def test_a_script_written_for_torchrun_run_as_one_process_says_what_it_needs():
+    """Run as one process, a script that takes its rank from torchrun's variables fails in
+    PyTorch's words, which name a variable, not what to ask of MODAK: the record says."""
+    need("torch")
+    rc, out, rec, err = run(SCRIPTS / "torchrun_ddp.py", "10")
+    assert rc == 1 and rec["status"] == "failed" and rec["error"]["knob"] is None
+    assert rec["error"]["message"].endswith(
+        "environment variable RANK expected, but not set (the script takes its rank from a "
+        "launcher such as torchrun: it runs as several processes per node, which the "
+        "request's job_options.process_count_per_node asks for)")
+
+
 def test_the_tasks_of_an_srun_step_are_one_run(frontend, tmp_path):
     """A Slurm step's tasks each run the runtime (MODAK's job script starts a multi-node
     job's ranks with srun): one record, rank 0's, where each task printed its own; a trial's

@@ -1639,7 +1639,19 @@ def test_a_disturbed_first_stock_trial_does_not_set_the_budget():
     assert first.budget_s == pytest.approx(max(first.spent_s, 0.1 * 2500 * 0.07))
     assert first.budget_s < 0.1 * 2500 * 0.70 / 4
     assert first.chosen == BF16  # (it beat stock's faster trial too)
-    assert disturbed_stock(first.trials, STOCK) is first.trials[3]
+    assert disturbed_stock(first.trials, STOCK) is first.trials[3] and first.rebased_on == 2
+    # the same through the state a playbook keeps between its calls
+    h, run = Halving([BF16, TCMALLOC], STOCK, job_steps=2500, budget_s=5,
+                     budget_fraction=0.1), by_round(table)
+    while (step := h.next_round()) is not None:
+        done = []
+        for c in step[0]:
+            h = Halving.from_state(json.loads(json.dumps(h.state())))
+            done.append(run(c, step[1], h.cap(c, done)))
+        h = Halving.from_state(json.loads(json.dumps(h.state())))
+        h.record(done)
+    kept = Halving.from_state(json.loads(json.dumps(h.state()))).outcome()
+    assert kept.rebased_on == 2 and kept.budget_s == pytest.approx(first.budget_s)
     steady = {**table, STOCK: [0.07] * 4}  # (undisturbed: the same choice)
     assert search([BF16, TCMALLOC], STOCK, by_round(steady), job_steps=2500, budget_s=5,
                   budget_fraction=0.1).chosen == BF16

@@ -400,6 +400,9 @@ class Outcome:
     spent_s: float = 0.0
     budget_s: float = 0.0
     rounds: int = 0
+    # the round whose stock trial the budget was re-based on after the first round's, where
+    # that was disturbed (:func:`disturbed_stock`)
+    rebased_on: Optional[int] = None
 
     def summary(self) -> str:
         """One line: the choice, the trials and rounds, and the time spent of the budget;
@@ -903,7 +906,10 @@ class Halving:
         base = results.get(self.stock)
         if out.rounds == 1:  # (the job's length, as stock's first trial measured it)
             self.job_steps = self.steps_for(base)
-        out.budget_s = self.budget_s = self._budget(base, first_round=out.rounds == 1)
+        budget = self._budget(base, first_round=out.rounds == 1)
+        if out.rounds > 1 and budget < self.budget_s:  # (stock's first trial was disturbed)
+            out.rebased_on = out.rounds
+        out.budget_s = self.budget_s = budget
         if base is None or base.s_per_step is None:  # nothing to compare with
             out.verdicts[self.stock.label()] = "stock failed: " + str(
                 base.failed if base else "not measured")
@@ -1135,6 +1141,7 @@ class Halving:
                 "earlier": [trial(t) for t in self.earlier],
                 "pool": [c.model_dump(mode="json") for c in self.pool],
                 "rounds": self.out.rounds, "spent_s": self.out.spent_s,
+                "rebased_on": self.out.rebased_on,
                 "verdicts": self.out.verdicts, "trials": [trial(t) for t in self.out.trials],
                 "last": [trial(t) for t in self.last.values()]}
 
@@ -1155,6 +1162,7 @@ class Halving:
         h.held = [Configuration(**c) for c in st.get("held", [])]
         h.steps, h.finished = st["steps"], st["finished"]
         h.out.rounds, h.out.spent_s = st["rounds"], st["spent_s"]
+        h.out.rebased_on = st.get("rebased_on")
         h.out.verdicts = dict(st["verdicts"])
         h.out.trials = [trial(d) for d in st["trials"]]
         h.last = {t.configuration: t for t in map(trial, st["last"])}

@@ -124,17 +124,15 @@ class ActionModule(ActionBase):
     def report(out, how):
         """What a user reads of a finished search: the summary, how the budget was set, and
         each candidate's verdict (why it was chosen, dropped, rejected or not tried)."""
-        from modak_lib.perf.search import disturbed_stock
-
         if how and not out.trials:  # (no stock trial ran to re-base the budget on)
             how = how.replace(REBASED, "")
-        later = disturbed_stock(out.trials, out.stock)
-        if how and later is not None:
-            first = next(t for t in out.trials if t.configuration == out.stock and t.s_per_step)
+        stock = [t for t in out.trials if t.configuration == out.stock and t.s_per_step]
+        later = [t for t in stock if t.round == out.rebased_on]
+        if how and later:  # (stock's first trial was disturbed: Halving._budget)
             how += ("; re-based again on stock's trial in round %d, %.3g s a step: the first, "
                     "%.3g s a step, %.1fx that, was disturbed"
-                    % (later.round, later.s_per_step, first.s_per_step,
-                       first.s_per_step / later.s_per_step))
+                    % (later[0].round, later[0].s_per_step, stock[0].s_per_step,
+                       stock[0].s_per_step / later[0].s_per_step))
         return ([out.summary()] + (["budget " + how] if how else [])
                 + ["%s: %s" % kv for kv in sorted(out.verdicts.items())])
 

@@ -21,6 +21,11 @@ from .session import (Session, StopTrial, knobs_from_env, on_hard_exit, run_guar
 USAGE = "usage: python3 -m modak_runtime [--] SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
 
+# how long a rank that failed waits for rank 0 to print its record and leave before it
+# takes rank 0 as killed (launched.Peers.lost_rank_0)
+LOST_RANK_0_WAIT_S = 10.0
+
+
 class Terminated(BaseException):
     """SIGTERM (a scheduler's wall-time or cancel signal) reached the training."""
 
@@ -145,6 +150,11 @@ def _another_rank(session: Session, me: "launched.Launched", script) -> int:
         failed(status, error)
         print(f"modak_runtime: rank {me.rank} of {me.ranks}: "
               f"{(error or {}).get('message', 'failed')}", file=sys.stderr)
+        if peers is not None and peers.lost_rank_0(LOST_RANK_0_WAIT_S):
+            # (killed: no record would say that the run failed, nor how)
+            emit(session.record(status, dict(error or {}, message=short(
+                f"rank 0 ended without its record (killed?); rank {me.rank}: "
+                f"{(error or {}).get('message', 'failed')}"))))
     if peers is not None:
         peers.leave()
     if status == "capped" or stopped:

@@ -8,7 +8,9 @@ is rank 0's (its fingerprint is of one rank's batch; ``effect.ranks`` and
 the store would hold the run once per rank.  A rank other than 0 that fails leaves its
 error where rank 0 finds it (:class:`Peers`), and rank 0's record, where rank 0 failed
 after it (a collective whose peer is gone, or the launcher's SIGTERM), names it: "rank 1:
-...".
+...".  Where rank 0 ended without its record (killed: out of memory, a signal), the first
+other rank that failed after it prints the record instead, its error saying so: the store
+keeps the run's failure, and its configuration is not offered again.
 
 A trial's caps must stop every rank after the same step: a rank that stops alone leaves the
 others waiting in a collective for a step it never takes.  (Measured here before: torchrun's
@@ -211,19 +213,24 @@ class Peers:
         self.remove()
 
     def _others(self) -> dict[int, int]:
-        """The other ranks still running: their pids, checked to be this run's ranks."""
+        """The other ranks still running: their pids."""
         out = {}
         for index in range(1, self.me.ranks):
-            try:
-                with open(self._path(f"pid.{index}")) as f:
-                    pid = int(f.read().strip())
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"modak_runtime" not in f.read():
-                        continue  # (gone; its number taken by another process)
-            except (OSError, ValueError):
-                continue
-            out[index] = pid
+            pid = self._running(index)
+            if pid is not None:
+                out[index] = pid
         return out
+
+    def _running(self, index: int) -> Optional[int]:
+        """Rank ``index``'s pid, where its file names a process of the runtime that runs
+        (None: it left, or ended without leaving, its number perhaps taken by another)."""
+        try:
+            with open(self._path(f"pid.{index}")) as f:
+                pid = int(f.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                return pid if b"modak_runtime" in f.read() else None
+        except (OSError, ValueError):
+            return None
 
     def remove(self) -> None:
         try:
@@ -242,6 +249,23 @@ class Peers:
         except (OSError, ValueError):
             return None
 
+    def lost_rank_0(self, wait: float) -> bool:
+        """Whether rank 0 ended without leaving (killed: its record never printed) and this
+        rank is the first to find so, waiting up to ``wait`` seconds for rank 0 to leave or
+        end; False where it left (its record printed) or is still running."""
+        end = time.monotonic() + wait
+        while os.path.exists(self._path("pid.0")):  # (gone: it left, or never came)
+            if self._running(0) is None:  # (the first rank to find so prints the record)
+                try:
+                    os.close(os.open(self._path("record"), os.O_CREAT | os.O_EXCL, 0o600))
+                except OSError:
+                    return False
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.05)
+        return False
+
     def failed(self, error: Optional[dict[str, Any]]) -> None:
         self._write(f"failed.{self.me.rank}", json.dumps({"at": time.time(),
                                                           "error": error or {}}))
@@ -253,7 +277,8 @@ class Peers:
             return
         try:
             os.unlink(self._path(f"pid.{self.me.rank}"))
-            if not any(n.startswith("pid.") for n in os.listdir(self.dir)):
-                self.remove()
-        except OSError:
+            if all(self._running(int(n[4:])) is None
+                   for n in os.listdir(self.dir) if n.startswith("pid.")):
+                self.remove()  # (the others left, or ended without leaving: killed)
+        except (OSError, ValueError):
             pass

@@ -568,7 +568,8 @@ def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
     rank after the same step: with each rank's own cap, rank 1 (started 0.4 s after rank 0)
     failed in its collective once rank 0 had stopped, and torchrun with it.  A step that
     outlasts the cap (a compilation) is stopped inside, the other rank ended without a
-    failure; another rank's failure is named in rank 0's record."""
+    failure; another rank's failure is named in rank 0's record, and where rank 0 was killed
+    (no record), the other rank's record is the run's."""
     need("torch")
     rc, recs, out, err, _ = _torchrun(["30"], {}, tmp_path)
     assert rc == 0 and len(recs) == 1, err
@@ -596,6 +597,14 @@ def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
     assert recs[0]["error"]["message"] == "rank 1: rank 1 cannot read its shard"
     assert "modak_runtime: rank 1 of 2: rank 1 cannot read its shard" in err
     assert not list(tmp_path.glob("modak-ranks-*"))  # (what the ranks shared is gone)
+
+    # rank 0 killed (no record of its own): rank 1's failure is the run's record
+    rc, recs, out, err, _ = _torchrun(["100000", "kill"], {}, tmp_path)
+    assert rc != 0 and len(recs) == 1 and recs[0]["status"] == "failed", err
+    assert recs[0]["error"]["message"].startswith(
+        "rank 0 ended without its record (killed?); rank 1: "), recs[0]["error"]
+    assert recs[0]["effect"]["ranks"] == 2 and recs[0]["metrics"]["steps"] == 5
+    assert not list(tmp_path.glob("modak-ranks-*"))
 
     # ranks that do not in fact share the directory (independent ones here): rank 1 stops
     # by its own clock, a little after rank 0 (it had no cap of its own)

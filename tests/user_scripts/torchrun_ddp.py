@@ -1,8 +1,11 @@
 """A data-parallel script written for torchrun, which starts its ranks and hands each its
 place in the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).  Usage:
-torchrun_ddp.py STEPS [stall|fail]: 'stall' makes every rank spend 60 s inside its fourth
-step (as a compilation longer than a trial's time cap does), 'fail' makes rank 1 raise at
-its sixth step."""
+torchrun_ddp.py STEPS [stall|fail|kill]: 'stall' makes every rank spend 60 s inside its
+fourth step (as a compilation longer than a trial's time cap does), 'fail' makes rank 1
+raise at its sixth step, 'kill' makes rank 0 end by SIGKILL there (as the kernel's
+out-of-memory killer does)."""
+import os
+import signal
 import sys
 import time
 
@@ -29,6 +32,8 @@ def main():
             time.sleep(60)
         if how == "fail" and rank == 1 and step == 5:
             raise ValueError("rank 1 cannot read its shard")
+        if how == "kill" and rank == 0 and step == 5:
+            os.kill(os.getpid(), signal.SIGKILL)
         loss = nn.functional.cross_entropy(model(x), t)
         opt.zero_grad()
         loss.backward()

@@ -82,10 +82,15 @@ def failure(exc: BaseException, config: Config) -> dict[str, Any]:
     files = " ".join(f.filename for f in traceback.extract_tb(exc.__traceback__))
     text = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
     message = str(exc) or type(exc).__name__
-    if RENDEZVOUS_UNSET.search(message):  # (a script written for torchrun, run as one process)
-        message = (f"{message} (the script takes its rank from a launcher such as torchrun: "
-                   "it runs as several processes per node, which the request's "
-                   "job_options.process_count_per_node asks for)")
+    if RENDEZVOUS_UNSET.search(message):  # (a script written for torchrun, not under it)
+        from .launched import launched
+        me = launched()
+        message += (" (the script takes its rank from a launcher such as torchrun: it runs as "
+                    "several processes per node, which the request's "
+                    "job_options.process_count_per_node asks for)" if me is None else
+                    f" (the script takes its rank from torchrun's variables, which {me.launcher} "
+                    "does not set: MODAK starts a PyTorch job's ranks with torchrun on one node "
+                    "only)")
     return {"type": f"{type(exc).__module__}.{type(exc).__name__}",
             "knob": blame(text, files, config), "message": short(message)}
 

@@ -616,7 +616,8 @@ def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
 
 def test_a_script_written_for_torchrun_run_as_one_process_says_what_it_needs():
     """Run as one process, a script that takes its rank from torchrun's variables fails in
-    PyTorch's words, which name a variable, not what to ask of MODAK: the record says."""
+    PyTorch's words, which name a variable, not what to ask of MODAK: the record says; and
+    as a task of srun on several nodes, that torchrun does not start it there."""
     need("torch")
     rc, out, rec, err = run(SCRIPTS / "torchrun_ddp.py", "10")
     assert rc == 1 and rec["status"] == "failed" and rec["error"]["knob"] is None
@@ -624,6 +625,13 @@ def test_a_script_written_for_torchrun_run_as_one_process_says_what_it_needs():
         "environment variable RANK expected, but not set (the script takes its rank from a "
         "launcher such as torchrun: it runs as several processes per node, which the "
         "request's job_options.process_count_per_node asks for)")
+    # one of an srun step's tasks on two nodes (MODAK's multi-node launch): not torchrun's
+    rc, out, rec, err = run(SCRIPTS / "torchrun_ddp.py", "10", env={
+        "SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
+        "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2"})
+    assert rc == 1 and rec["error"]["message"].endswith(
+        "(the script takes its rank from torchrun's variables, which srun does not set: MODAK "
+        "starts a PyTorch job's ranks with torchrun on one node only)")
 
 
 def test_the_tasks_of_an_srun_step_are_one_run(frontend, tmp_path):

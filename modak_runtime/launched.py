@@ -1,6 +1,6 @@
 """Training ranks that a launcher started, each a process running the runtime: ``torchrun``
 (the job script starts a PyTorch job's ranks on one node with it), a Slurm step's tasks
-(``srun``) and Open MPI's (``mpirun``).
+(``srun``) and MPI's (``mpirun``: Open MPI's, MPICH's, Intel MPI's).
 
 Each rank applies the knobs and times its steps as a single process does.  The run's record
 is rank 0's (its fingerprint is of one rank's batch; ``effect.ranks`` and
@@ -104,16 +104,19 @@ def launched(environ: Optional[Mapping[str, str]] = None) -> Optional[Launched]:
         found = ("torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"),
                  _int(env, "LOCAL_WORLD_SIZE"),
                  f"{env['TORCHELASTIC_RUN_ID']}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}")
+    elif env.get("OMPI_COMM_WORLD_SIZE"):  # Open MPI's mpirun (under Slurm too: its own)
+        found = ("mpirun", _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
+                 _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"),
+                 env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid") or "")
+    elif env.get("PMI_SIZE"):  # MPICH's and Intel MPI's mpirun (no id of the launch known:
+        # the ranks print one record, but their time caps are their own)
+        found = ("mpirun", _int(env, "PMI_RANK"), _int(env, "PMI_SIZE"), None, "")
     elif env.get("SLURM_STEP_ID") and env.get("SLURM_JOB_ID"):  # a task of an srun step
         nodes = _int(env, "SLURM_STEP_NUM_NODES")
         ranks = _int(env, "SLURM_STEP_NUM_TASKS")
         found = ("srun", _int(env, "SLURM_PROCID"), ranks,
                  ranks if nodes == 1 else None,
                  f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}")
-    elif env.get("OMPI_COMM_WORLD_SIZE"):  # Open MPI's mpirun
-        found = ("mpirun", _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
-                 _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"),
-                 env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid") or "")
     if found is None:
         return None
     launcher, rank, ranks, local_ranks, run = found

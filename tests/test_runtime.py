@@ -676,6 +676,10 @@ def test_a_launchers_ranks_are_read_from_its_variables(tmp_path):
     ompi = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3",
             "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMIX_NAMESPACE": "ns1"}
     assert launched.launched(ompi) == launched.Launched("mpirun", 2, 3, True, "ns1")
+    # Open MPI under Slurm: the ranks are Open MPI's, not those of the step of its daemons
+    assert launched.launched({**srun, **ompi, "SLURM_STEP_NUM_TASKS": "1"}).rank == 2
+    hydra = {"PMI_RANK": "1", "PMI_SIZE": "4"}  # (MPICH: no id of the launch, not shared)
+    assert launched.launched(hydra) == launched.Launched("mpirun", 1, 4, False, "")
     assert launched.launched({}) is None
 
     me = launched.launched(torchrun)

@@ -15,8 +15,8 @@ from typing import Optional
 
 from . import keras_support, launched, ranks, torch_support
 from .record import emit
-from .session import (Session, StopTrial, knobs_from_env, on_hard_exit, run_guarded,
-                      seed_the_run, short)
+from .session import (Session, StopTrial, knobs_from_env, on_hard_exit, rank_error,
+                      run_guarded, seed_the_run)
 
 USAGE = "usage: python3 -m modak_runtime [--] SCRIPT [ARGS...] | -m MODULE [ARGS...]"
 
@@ -97,12 +97,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     peers = session.peers
     if peers is not None and status == "failed":
         # (after another rank's failure: the collective it left, the launcher's SIGTERM)
-        for index, theirs in peers.failures(before=time.time()):
-            error = dict(theirs, message=short(f"rank {index}: {theirs.get('message', '')}"))
-            break
+        failures = peers.failures(before=time.time())
+        if failures:
+            error = rank_error(*failures[0])
     emit(session.record(status, error))
     if peers is not None:
-        if session.stop_at is not None:  # (it stopped the run: the others stop with it)
+        if peers.stop_at is not None:  # (it stopped the run: the others stop with it)
             ends = session.step_ends
             step = ends[-1] - ends[-2] if len(ends) > 1 else 0.0
             peers.end_others(0.2 if peers.cut else max(launched.END_GRACE_S, 3 * step))
@@ -148,13 +148,13 @@ def _another_rank(session: Session, me: "launched.Launched", script) -> int:
     stopped = peers is not None and peers.stop() is not None
     if status == "failed" and not stopped:
         failed(status, error)
-        print(f"modak_runtime: rank {me.rank} of {me.ranks}: "
-              f"{(error or {}).get('message', 'failed')}", file=sys.stderr)
+        error = {"message": "failed", **(error or {})}
+        print(f"modak_runtime: rank {me.rank} of {me.ranks}: {error['message']}",
+              file=sys.stderr)
         if peers is not None and peers.lost_rank_0(LOST_RANK_0_WAIT_S):
             # (killed: no record would say that the run failed, nor how)
-            emit(session.record(status, dict(error or {}, message=short(
-                f"rank 0 ended without its record (killed?); rank {me.rank}: "
-                f"{(error or {}).get('message', 'failed')}"))))
+            emit(session.record(status, rank_error(
+                me.rank, error, before="rank 0 ended without its record (killed?); ")))
     if peers is not None:
         peers.leave()
     if status == "capped" or stopped:

@@ -243,9 +243,12 @@ class Peers:
         except OSError:
             pass
 
-    # -- another rank --------------------------------------------------------------------
+    # -- every rank / another rank ---------------------------------------------------------
     def stop(self) -> Optional[int]:
-        """The steps after which rank 0 stops the run (None: it has not said)."""
+        """The steps after which rank 0 stops the run (None: it has not said); rank 0's own
+        word, in rank 0."""
+        if not self.me.rank:
+            return self.stop_at
         try:
             with open(self._path("stop")) as f:
                 return int(f.read().strip())

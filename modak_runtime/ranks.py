@@ -26,7 +26,7 @@ from typing import Any, Callable, Optional
 from . import torch_support
 from .hooks import when_imported
 from .session import (RankFailed, Session, StopTrial, knobs_from_env, on_hard_exit,
-                      run_guarded, seed_the_run, short)
+                      rank_error, run_guarded, seed_the_run, short)
 
 # rank 0's exit status after its trial cap stopped it and its record is written
 CAPPED_EXIT = 75
@@ -163,9 +163,7 @@ class _Joiner:
             ended = self._report(index) if index else rank0  # (the rank join found ended)
             self._clean()
             if index and ended is not None and ended["error"]:  # (join ended rank 0 for it)
-                error = dict(ended["error"])
-                error["message"] = short(f"rank {index}: {error['message']}")
-                raise RankFailed(error) from exc
+                raise RankFailed(rank_error(index, ended["error"])) from exc
             if ended is not None and ended["status"] == "ok" and \
                     getattr(exc, "signal_name", None):
                 raise RankFailed(_after_return(exc, index or 0)) from exc

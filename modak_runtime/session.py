@@ -75,6 +75,11 @@ def short(text: str, limit: int = 500) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def rank_error(index: int, error: dict[str, Any], before: str = "") -> dict[str, Any]:
+    """Another rank's ``error`` as the run's: its message said to be rank ``index``'s."""
+    return dict(error, message=short(f"{before}rank {index}: {error.get('message', '')}"))
+
+
 def failure(exc: BaseException, config: Config) -> dict[str, Any]:
     """A record's ``error`` for an exception the script raised."""
     if isinstance(exc, RankFailed):
@@ -344,9 +349,8 @@ class Session:
         self.warmup = _int_env("MODAK_WARMUP_STEPS")
         # the ranks a launcher started beside this one (launched.py): where they share a
         # directory on this node, rank 0 decides when the time cap stops them and tells them
-        # (the run stops after ``stop_at`` steps)
+        # (``peers.stop()``: the steps after which the run stops)
         self.peers: Any = None
-        self.stop_at: Optional[int] = None
         self.framework = "unknown"
         self.framework_version: Optional[str] = None
         self.applied: dict[str, str] = {}
@@ -389,18 +393,15 @@ class Session:
         if self.max_steps is not None and steps >= self.max_steps:
             self.stopped_by = "steps"
             raise StopTrial()
-        if self.peers is not None and self.peers.me.rank:  # (rank 0's stop: launched.py)
+        if self.peers is not None:  # (rank 0's stop, in every rank: launched.py)
             stop = self.peers.stop()
             if stop is not None and steps >= stop:
                 self.stopped_by = "time"
                 raise StopTrial()
-        if self.stop_at is not None and steps >= self.stop_at:
-            self.stopped_by = "time"
-            raise StopTrial()
         if self.max_seconds is not None and \
                 self.step_ends[-1] - self.t_start >= self.max_seconds:
             if self.leads_ranks():  # (they stop with it)
-                self.stop_beside_ranks(steps + 1)
+                self.peers.stop_after(steps + 1)
                 return
             self.stopped_by = "time"
             raise StopTrial()
@@ -408,13 +409,6 @@ class Session:
     def leads_ranks(self) -> bool:
         """Rank 0 of launched ranks that share a directory on this node (launched.py)."""
         return self.peers is not None and not self.peers.me.rank
-
-    def stop_beside_ranks(self, steps: int) -> None:
-        """Rank 0 of launched ranks past its time cap: the run stops once ``steps`` steps
-        have ended, in every rank (launched.py)."""
-        if self.stop_at is None or steps < self.stop_at:
-            self.stop_at = steps
-            self.peers.stop_after(steps)
 
     def next_model(self, same: bool) -> None:
         """A later model's steps begin with the next one (see ``models``)."""
@@ -451,10 +445,10 @@ class Session:
                 # unless that runs on past the grace: then here, and rank 0 ends the others
                 from .launched import STOP_GRACE_S
                 steps = len(session.step_ends)
-                session.stop_beside_ranks(steps + 2)
+                session.peers.stop_after(steps + 2)
                 if time.perf_counter() - session.t_start < session.max_seconds + STOP_GRACE_S:
                     return
-                session.stop_beside_ranks(steps)
+                session.peers.stop_after(steps)
                 session.peers.cut = True  # (rank 0 ends the others: launched.Peers.end_others)
             session.stopped_by = "time"
             raise StopTrial()

@@ -79,11 +79,77 @@ def _int(environ: Mapping[str, str], name: str) -> Optional[int]:
         return None
 
 
+# torchrun's variables, which a script written for it reads (``init_process_group()`` with
+# the env:// rendezvous, ``LOCAL_RANK`` for its device)
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT")
+# where no job script gave the rendezvous a port: this plus the job's number modulo
+# PORT_SPAN (under the kernel's default ephemeral ports, 32768 and up)
+PORT_BASE, PORT_SPAN = 20000, 10000
+
+
+def _tasks_on_node(spec: str, node: int) -> Optional[int]:
+    """The tasks a Slurm step runs on its node ``node``, from ``SLURM_STEP_TASKS_PER_NODE``
+    (``2(x3),1``: 2 on each of the first three nodes, 1 on the fourth)."""
+    first = 0  # (the first node of each part)
+    for part in spec.split(","):
+        tasks, times = (part.strip().split("(x", 1) + [""])[:2]
+        if times and not times.endswith(")"):
+            return None
+        try:
+            count, nodes = int(tasks), int(times[:-1]) if times else 1
+        except ValueError:
+            return None
+        if first <= node < first + nodes:
+            return count
+        first += nodes
+    return None
+
+
+def torchrun_variables(me: Launched, environ: Optional[Mapping[str, str]] = None
+                       ) -> dict[str, str]:
+    """What ``torchrun`` would have set for this rank, where a scheduler's launcher (srun,
+    mpirun) started it and the variable is not set: its rank and how many ran, its place on
+    its node, and where the ranks meet (``MASTER_ADDR``/``MASTER_PORT``: the job script's,
+    else, in a Slurm step, the address of the node srun ran on, where rank 0 runs, and a
+    port from the job's number).  Without them a script written for torchrun fails in
+    ``init_process_group()``, or each rank trains alone.  Nothing for torchrun's own ranks."""
+    env = os.environ if environ is None else environ
+    if me.launcher == "torchrun":
+        return {}
+    local_rank = local_size = None
+    addr = port = None
+    if me.launcher == "srun":
+        local_rank = _int(env, "SLURM_LOCALID")
+        node = _int(env, "SLURM_NODEID")
+        if node is not None:
+            local_size = _tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""), node)
+        addr = env.get("SLURM_LAUNCH_NODE_IPADDR") or None
+        job = _int(env, "SLURM_JOB_ID")
+        port = PORT_BASE + job % PORT_SPAN if job is not None else None
+    elif env.get("OMPI_COMM_WORLD_SIZE"):
+        local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK")
+        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
+    else:  # MPICH's, Intel MPI's (Hydra)
+        local_rank = _int(env, "MPI_LOCALRANKID")
+        local_size = _int(env, "MPI_LOCALNRANKS")
+    values = {"RANK": me.rank, "WORLD_SIZE": me.ranks, "LOCAL_RANK": local_rank,
+              "LOCAL_WORLD_SIZE": local_size, "MASTER_ADDR": addr, "MASTER_PORT": port}
+    return {name: str(value) for name, value in values.items()
+            if value is not None and not env.get(name)}
+
+
 def join(session: Any, me: Launched) -> None:
     """Make ``session`` rank ``me.rank`` of launched ranks: its record says how many ran;
     where they all run on this node and share a directory, rank 0 decides when the time cap
-    stops the run (another rank's own cap comes :data:`RANK_CAP_SLACK_S` later)."""
+    stops the run (another rank's own cap comes :data:`RANK_CAP_SLACK_S` later).  A rank
+    that srun or mpirun started gets torchrun's variables (:func:`torchrun_variables`); the
+    record names those set."""
     session.effect.update(ranks=me.ranks, launcher=me.launcher)
+    given = torchrun_variables(me)
+    if given:
+        os.environ.update(given)
+        session.effect["torchrun_variables"] = " ".join(given)
     if not me.local:
         return
     peers = Peers(me)

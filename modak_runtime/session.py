@@ -93,9 +93,10 @@ def failure(exc: BaseException, config: Config) -> dict[str, Any]:
         message += (" (the script takes its rank from a launcher such as torchrun: it runs as "
                     "several processes per node, which the request's "
                     "job_options.process_count_per_node asks for)" if me is None else
-                    f" (the script takes its rank from torchrun's variables, which {me.launcher} "
-                    "does not set: MODAK starts a PyTorch job's ranks with torchrun on one node "
-                    "only)")
+                    f" (the script takes its place from torchrun's variables: the runtime set "
+                    f"those {me.launcher} gives, but where the ranks meet, MASTER_ADDR and "
+                    "MASTER_PORT, is set by MODAK's job script, or in a Slurm step by the "
+                    "runtime)")
     return {"type": f"{type(exc).__module__}.{type(exc).__name__}",
             "knob": blame(text, files, config), "message": short(message)}
 

@@ -5,6 +5,7 @@ with the plan's knobs as environment variables, and reads the figure-of-merit re
 """
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -617,7 +618,7 @@ def test_ranks_torchrun_starts_are_one_run_and_stop_together(tmp_path):
 def test_a_script_written_for_torchrun_run_as_one_process_says_what_it_needs():
     """Run as one process, a script that takes its rank from torchrun's variables fails in
     PyTorch's words, which name a variable, not what to ask of MODAK: the record says; and
-    as a task of srun on several nodes, that torchrun does not start it there."""
+    as a rank of mpirun without the job script's MASTER_ADDR, what sets it."""
     need("torch")
     rc, out, rec, err = run(SCRIPTS / "torchrun_ddp.py", "10")
     assert rc == 1 and rec["status"] == "failed" and rec["error"]["knob"] is None
@@ -625,13 +626,18 @@ def test_a_script_written_for_torchrun_run_as_one_process_says_what_it_needs():
         "environment variable RANK expected, but not set (the script takes its rank from a "
         "launcher such as torchrun: it runs as several processes per node, which the "
         "request's job_options.process_count_per_node asks for)")
-    # one of an srun step's tasks on two nodes (MODAK's multi-node launch): not torchrun's
+    # rank 0 of two that Open MPI's mpirun started, outside MODAK's job script: the runtime
+    # gives it its rank, not where the ranks meet
     rc, out, rec, err = run(SCRIPTS / "torchrun_ddp.py", "10", env={
-        "SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
-        "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2"})
-    assert rc == 1 and rec["error"]["message"].endswith(
-        "(the script takes its rank from torchrun's variables, which srun does not set: MODAK "
-        "starts a PyTorch job's ranks with torchrun on one node only)")
+        "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"})
+    assert rc == 1 and rec["effect"]["torchrun_variables"] == \
+        "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE"
+    assert re.search(r"environment variable MASTER_(ADDR|PORT) expected, but not set \(the "
+                     r"script takes its place from torchrun's variables: the runtime set those "
+                     r"mpirun gives, but where the ranks meet, MASTER_ADDR and MASTER_PORT, is "
+                     r"set by MODAK's job script, or in a Slurm step by the runtime\)$",
+                     rec["error"]["message"]), rec["error"]["message"]
 
 
 def test_the_tasks_of_an_srun_step_are_one_run(frontend, tmp_path):
@@ -652,6 +658,64 @@ def test_the_tasks_of_an_srun_step_are_one_run(frontend, tmp_path):
         assert recs[0]["status"] == ("ok" if not env else "capped")
     assert recs[0]["effect"]["stopped_by"] == "MODAK_MAX_SECONDS"
     assert not list(tmp_path.glob("modak-ranks-*"))
+
+
+def test_a_script_written_for_torchrun_runs_as_the_tasks_of_an_srun_step(frontend, tmp_path):
+    """MODAK starts a multi-node job's ranks with the scheduler's launcher, one runtime each:
+    each rank of an srun step gets torchrun's variables from the runtime (rank, place on its
+    node, and where the ranks meet: srun's node and a port from the job's number), so that a
+    script written for torchrun forms its process group and trains as one run."""
+    need("torch")
+    full = {k: v for k, v in os.environ.items()
+            if k not in KNOBS and k not in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")}
+    full.update(PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
+    proc = subprocess.run(["srun", "-n", "2", "-N", "1", sys.executable, "-m", "modak_runtime",
+                           "--", str(SCRIPTS / "torchrun_ddp.py"), "20"],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env=full)
+    recs = parse_fom_lines(proc.stdout)
+    assert proc.returncode == 0 and len(recs) == 1, proc.stderr[-2000:]
+    (rec,) = recs
+    assert rec["status"] == "ok" and rec["metrics"]["steps"] == 20, rec
+    assert rec["effect"]["ranks"] == 2 and rec["effect"]["launcher"] == "srun"
+    assert rec["effect"]["torchrun_variables"] == \
+        "RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT"
+    assert proc.stdout.count("final loss") == 1  # (rank 0's line: the ranks knew their place)
+
+
+def test_a_launchers_ranks_get_torchruns_variables():
+    """The variables torchrun would have set, from srun's (two nodes, two tasks each),
+    Open MPI's and MPICH's; none that the job already set, and none under torchrun."""
+    from modak_runtime import launched
+
+    srun = {"SLURM_JOB_ID": "123456", "SLURM_STEP_ID": "0", "SLURM_PROCID": "3",
+            "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
+            "SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+            "SLURM_LAUNCH_NODE_IPADDR": "10.1.2.3"}
+    me = launched.launched(srun)
+    assert launched.torchrun_variables(me, srun) == {
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+        "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": str(20000 + 123456 % 10000)}
+    # an uneven step: three tasks on the first node, one on the second
+    uneven = {**srun, "SLURM_STEP_TASKS_PER_NODE": "3,1", "SLURM_LOCALID": "0"}
+    assert launched.torchrun_variables(me, uneven)["LOCAL_WORLD_SIZE"] == "1"
+    for nonsense in ("2(xz)", "2(x2", "x", "2(x1)"):  # (the last: no second node)
+        assert "LOCAL_WORLD_SIZE" not in launched.torchrun_variables(
+            me, {**srun, "SLURM_STEP_TASKS_PER_NODE": nonsense})
+    # the job script's (or the user's) rendezvous is kept
+    given = {**srun, "MASTER_ADDR": "node001", "MASTER_PORT": "29500"}
+    assert set(launched.torchrun_variables(me, given)) == {
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
+    ompi = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+            "MASTER_ADDR": "node001", "MASTER_PORT": "21234"}
+    assert launched.torchrun_variables(launched.launched(ompi), ompi) == {
+        "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    hydra = {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
+    assert launched.torchrun_variables(launched.launched(hydra), hydra) == {
+        "RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+    torchrun = {"TORCHELASTIC_RUN_ID": "abc", "RANK": "1", "WORLD_SIZE": "2",
+                "LOCAL_WORLD_SIZE": "2"}
+    assert launched.torchrun_variables(launched.launched(torchrun), torchrun) == {}
 
 
 def test_a_launchers_ranks_are_read_from_its_variables(tmp_path):

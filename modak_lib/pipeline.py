@@ -76,7 +76,9 @@ def _launcher_words(launcher: Launcher, ranks: int, per_node: int) -> list[Word]
     if launcher == Launcher.srun:
         return ["srun"]
     if launcher == Launcher.mpirun:
-        return ["mpirun", "-np", str(ranks)]
+        # -n: Open MPI's, MPICH's and Intel MPI's mpirun take it (and -np), and so does
+        # Torque's mpiexec over Slurm (which takes no -np)
+        return ["mpirun", "-n", str(ranks)]
     if launcher == Launcher.torchrun:
         # --no-python and --: the program (python3) is the first word after torchrun's own
         # options, so that none of the user's words can be read as one of them

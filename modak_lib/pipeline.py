@@ -14,7 +14,7 @@ from typing import Any, Optional
 from . import __version__, workload
 from .catalogue import Catalogue, Variant, load_catalogue
 from .errors import InputError
-from .models import Configuration, ImageInfo, JobRequest, Launcher, Plan, Target
+from .models import Configuration, Framework, ImageInfo, JobRequest, Launcher, Plan, Target
 from .readers.common import validate
 from .readers.infra import merge_target
 from .planner import Decision, Predictor, decide
@@ -86,6 +86,20 @@ def _launcher_words(launcher: Launcher, ranks: int, per_node: int) -> list[Word]
     return []
 
 
+# what a scheduler's launcher sets in the environment of each rank it starts (the runtime
+# reads a rank's place from them, and gives it torchrun's variables: launched.py), which a
+# container must be given; a name ending in * stands for every name that starts so.  (A
+# PBS or LSF site's mpirun may be Open MPI's, MPICH's or one over srun.)
+RANK_VARIABLES: dict[Launcher, tuple[str, ...]] = {
+    Launcher.srun: ("SLURM_*",),
+    Launcher.mpirun: ("OMPI_*", "PMIX_*", "PMI_*", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
+                      "SLURM_*"),
+}
+# where the ranks of a PyTorch job meet (torchrun's env:// rendezvous): the job script sets
+# them where its launcher is mpirun (the runtime finds them itself in a Slurm step)
+RENDEZVOUS_VARIABLES = ("MASTER_ADDR", "MASTER_PORT")
+
+
 def with_target(request: JobRequest, overrides: dict[str, Any]) -> JobRequest:
     """The request on another target: ``overrides`` (e.g. an inventory's scheduler, runtime,
     front-end) replace the target's fields, validated like an infrastructure file."""
@@ -149,8 +163,17 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     env.update(request.environment)
 
     ranks = res.nodes * res.tasks_per_node
+    # the ranks a scheduler's launcher starts, each a container of its own, get what the
+    # launcher sets for each (and where a PyTorch job's ranks meet)
+    passed: tuple[str, ...] = ()
+    rendezvous = False
+    if ranks > 1 and decision.launcher in RANK_VARIABLES:
+        rendezvous = (decision.launcher == Launcher.mpirun
+                      and app.framework == Framework.pytorch)
+        passed = RANK_VARIABLES[decision.launcher] + tuple(
+            name for name in RENDEZVOUS_VARIABLES if name not in env)
     words: list[Word] = _launcher_words(decision.launcher, ranks, res.tasks_per_node)
-    words += runtime.launch(reference, env, res.gpus_per_node)
+    words += runtime.launch(reference, env, res.gpus_per_node, passed)
     words += _launcher_words(decision.inner_launcher, ranks, res.tasks_per_node)
     # the program (a checked path that never starts with "-"): every launcher and runtime
     # (srun, mpirun, podman run IMAGE, apptainer exec IMAGE, ch-run IMAGE --) stops reading
@@ -179,7 +202,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
             decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
             job_id_vars=scheduler.job_id_vars, submit_dir_vars=scheduler.submit_dir_vars,
-            stop=runtime.stop(), probe=probe)
+            stop=runtime.stop(), probe=probe, rendezvous=rendezvous)
 
     # the default run id is the script's own hash: the same script is the same run (never
     # submitted twice); anything that changes the script (another image, another choice)

@@ -136,18 +136,21 @@ def content_hash(text: str, extra: dict[str, Any] | None = None) -> str:
 def render_job_script(*, directives: list[str], exports: dict[str, str], launch: str,
                       source: str, chosen: str, decided_by: str, run_id: str,
                       job_id_vars: tuple[str, ...] = (), submit_dir_vars: tuple[str, ...] = (),
-                      app_digest: str = "", stop: str | None = None, probe: str = "") -> str:
+                      app_digest: str = "", stop: str | None = None, probe: str = "",
+                      rendezvous: bool = False) -> str:
     """``job_id_vars``/``submit_dir_vars``: the scheduler's variables naming the job and the
     directory it was submitted from (the first set wins), where it has them: a job that has
     them prints its id first (``{"modak": "job-start", ...}``, what the job control finds a
     job by when its record was lost); ``probe``: the command that measures the target first
-    (empty: its figures are known)."""
+    (empty: its figures are known); ``rendezvous``: the job sets where a PyTorch job's ranks
+    meet (``MASTER_ADDR``: this node, the job's first; ``MASTER_PORT``: from the job's
+    number), unless its environment does."""
     return render("jobs/job.sh.j2", directives=directives, exports=exports, launch=launch,
                   source=source, chosen=chosen, decided_by=decided_by, run_id=run_id,
                   job_id=_first_set(job_id_vars, "$$"),
                   started_as=_first_set(job_id_vars, "") if job_id_vars else None,
                   submit_dir=_first_set(submit_dir_vars, "$PWD") if submit_dir_vars else None,
-                  app_digest=app_digest, stop=stop, probe=probe)
+                  app_digest=app_digest, stop=stop, probe=probe, rendezvous=rendezvous)
 
 
 def _first_set(names: tuple[str, ...], otherwise: str) -> str:

@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 
 from modak_lib.models import Configuration
-from modak_lib.results import ResultsStore
+from modak_lib.results import ResultsStore, parse_fom_lines
 
 pytestmark = pytest.mark.slow
 QUICK = ROOT / "tests/data/mnist-quick.yaml"
@@ -440,6 +440,90 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
     # the others are predicted on the level this run measured
     assert all("measured" in c["prediction"]["source"] for c in again["candidates"]
                if c["prediction"])
+
+
+def ddp_request(tmp_path, nodes, per_node):
+    """A user's data-parallel script written for torchrun, on ``nodes`` nodes with
+    ``per_node`` ranks each, as a request of its own."""
+    proj = tmp_path / "someone" / f"ddp-{nodes}x{per_node}"
+    proj.mkdir(parents=True)
+    (proj / "train.py").write_text((ROOT / "tests/user_scripts/torchrun_ddp.py").read_text())
+    job = json.loads(json.dumps(USER_REQUEST))["job"]
+    job["job_options"].update(job_name="user-ddp", node_count=nodes,
+                              process_count_per_node=per_node, core_count=nodes * per_node)
+    job["application"]["arguments"] = "16"
+    del job["target"]  # (the front-end's infrastructure file is the target)
+    job["optimisation"]["app_type-ai_training"] = {
+        "config": {"ai_framework": "pytorch"}, "ai_framework-pytorch": {"version": "2.13"}}
+    (proj / "request.json").write_text(json.dumps({"job": job}))
+    return proj / "request.json"
+
+
+def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
+    """A script written for torchrun, through the real job path on Slurm and Podman: on one
+    node the job script starts its ranks with torchrun; on several, srun starts each rank in
+    a container of its own, and what srun sets for each reaches it, so that the runtime gives
+    it torchrun's variables.  (The front-end has one node: the two-node job's script runs
+    with its two ranks there, each in its own container, as srun starts them on two.)"""
+    infra = str(ROOT / "examples/infra/local-frontend.yaml")
+    proc = deploy(request=ddp_request(deploy.tmp, 1, 2), modak_infra=infra)
+    _ok(proc)
+    (row,) = deploy.store.rows()
+    effect = json.loads(row["raw"])["effect"]
+    assert row["status"] == "ok" and row["steps"] == 16
+    assert (effect["ranks"], effect["launcher"]) == (2, "torchrun")
+    where = pathlib.Path(re.search(r"run directory on \S+: (/\S+) \(", proc.stdout).group(1))
+
+    env = dict(os.environ, MODAK_RESULTS=str(deploy.store.path),
+               MODAK_MODEL=str(deploy.tmp / "model.joblib"))
+    pbs_infra = deploy.tmp / "local-frontend-pbs.yaml"
+    pbs_infra.write_text(pathlib.Path(infra).read_text().replace("scheduler: slurm",
+                                                                 "scheduler: pbs"))
+    # (scheduler: infrastructure file, its launch line, the directives for two nodes and for
+    # the one node there is, how the job is submitted and waited for)
+    cases = {
+        "slurm": (infra, r"^srun podman run .* --env 'SLURM_\*' ",
+                  "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n",
+                  "#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=2\n",
+                  "sbatch --wait --output=two-nodes.out two-nodes.sh"),
+        # Torque's qsub and mpiexec over Slurm here (mpiexec takes -n, not -np); the job
+        # script says where the ranks meet
+        "pbs": (str(pbs_infra), r"^mpirun -n 2 podman run .* --env 'OMPI_\*' .* --env "
+                r"'SLURM_\*' --env MASTER_ADDR --env MASTER_PORT ",
+                "#PBS -l nodes=2:ppn=1\n", "#PBS -l nodes=1:ppn=2\n",
+                "qsub -o two-nodes.out -j oe two-nodes.sh"),
+    }
+    two_nodes = ddp_request(deploy.tmp, 2, 1)
+    for scheduler, (infra_file, launch, two, one, submit) in cases.items():
+        out = deploy.tmp / f"two-nodes-{scheduler}"
+        planned = subprocess.run(["modak", "plan", str(two_nodes), "--infra", infra_file,
+                                  "--out", str(out)], cwd=ROOT, env=env, capture_output=True,
+                                 text=True, timeout=300)
+        assert planned.returncode == 0, planned.stderr
+        script = (out / "job.sh").read_text()
+        assert two in script and re.search(
+            launch + r".* python3 -m modak_runtime -- train\.py 16 &$", script, re.M), script
+        # its two ranks on the one node there is
+        (where / "two-nodes.sh").write_text(script.replace(two, one))
+        (where / "two-nodes.out").unlink(missing_ok=True)
+        shutil.chown(where / "two-nodes.sh", "hpcuser")
+        ran = _as_frontend_user(f"cd {where} && {submit}")
+        assert ran.returncode == 0, ran.stderr
+        for _ in range(300):  # (qsub does not wait)
+            output = (where / "two-nodes.out").read_text() \
+                if (where / "two-nodes.out").exists() else ""
+            if '"modak": "job",' in output:
+                break
+            time.sleep(1)
+        assert '"exit_code": 0,' in output, output[-3000:]
+        (rec,) = parse_fom_lines(output)
+        assert rec["status"] == "ok" and rec["metrics"]["steps"] == 16, rec
+        assert (rec["effect"]["ranks"], rec["effect"]["launcher"]) == (2, "srun")
+        # (under PBS, the job script's MASTER_ADDR and MASTER_PORT)
+        assert rec["effect"]["torchrun_variables"] == "RANK WORLD_SIZE LOCAL_RANK " + (
+            "LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT" if scheduler == "slurm"
+            else "LOCAL_WORLD_SIZE")
+        assert output.count("final loss") == 1  # (rank 0's: each rank knew its place)
 
 
 @pytest.mark.usefixtures("local_model")

@@ -39,6 +39,16 @@ CASES["pbs-apptainer-gpu-xla"] = dict(
     optimisation={"compilers": ["xla"]},
     target={"cores_per_node": 8, "microarchitecture": "skylake_avx512",
             "accelerators": {"vendor": "nvidia", "model": "V100", "count": 2}})
+# a PyTorch job's ranks on two nodes, each rank a container that the scheduler's launcher
+# starts: what the launcher sets for each rank reaches its container (Podman: --env PREFIX*;
+# Apptainer: no --cleanenv), and a job whose launcher is mpirun says where the ranks meet
+MULTI_NODE = {"job_name": "ddp", "wall_time_limit": 3600, "node_count": 2,
+              "process_count_per_node": 2, "core_count": 4}
+JOB_SCRIPT_ONLY = {"slurm-podman-two-nodes", "pbs-apptainer-two-nodes"}  # (recipes as above)
+CASES["slurm-podman-two-nodes"] = dict(scheduler="slurm", runtime="podman", job=MULTI_NODE,
+                                       application={"script": "ddp.py"})
+CASES["pbs-apptainer-two-nodes"] = dict(scheduler="pbs", runtime="apptainer", job=MULTI_NODE,
+                                        application={"script": "ddp.py"})
 CASES["slurm-podman-source-zen4"] = dict(
     scheduler="slurm", runtime="podman",
     target={"microarchitecture": "zen4", "max_build_hours": 8}, application=RICH_APP)
@@ -62,7 +72,7 @@ def golden_files(name, files):
     """The recipe does not depend on the scheduler (tested below): the matrix keeps it once,
     with the slurm-* cases."""
     sched = CASES[name]["scheduler"]
-    if name.split("-", 1)[1] in RUNTIMES and sched != "slurm":
+    if (name.split("-", 1)[1] in RUNTIMES and sched != "slurm") or name in JOB_SCRIPT_ONLY:
         return {k: v for k, v in files.items() if k == "job.sh"}
     return files
 

@@ -29,11 +29,17 @@ class Apptainer(RuntimeSpec):
         file = f"{name.replace('/', '_')}_{tag}.sif"
         return file if image_dir == "." else f"{image_dir}/{file}"
 
-    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
+    def launch(self, image: str, env: dict[str, str], gpus: int,
+               passed: tuple[str, ...] = ()) -> list[Word]:
         words: list[Word] = ["apptainer", "exec"]
         if gpus:
             words.append("--nv")
-        words += ["--cleanenv", "--bind", Raw(f'{BIND}:{WORKDIR}'), "--pwd", WORKDIR]
+        # --cleanenv: the host's environment (its PYTHONPATH, its modules') stays out; but it
+        # would keep out what a launcher sets for each rank too, and --env takes no prefix:
+        # a rank the launcher starts keeps the environment it is started in
+        if not passed:
+            words.append("--cleanenv")
+        words += ["--bind", Raw(f'{BIND}:{WORKDIR}'), "--pwd", WORKDIR]
         for key, value in env.items():
             if "," not in value:  # --env splits its value on commas: see exports()
                 words += ["--env", f"{key}={value}"]

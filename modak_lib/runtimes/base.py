@@ -23,8 +23,11 @@ class RuntimeSpec(ABC):
         """How the job script refers to the image that the recipe builds."""
 
     @abstractmethod
-    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
-        """Words that run a command inside ``image``, with ``env`` set inside it."""
+    def launch(self, image: str, env: dict[str, str], gpus: int,
+               passed: tuple[str, ...] = ()) -> list[Word]:
+        """Words that run a command inside ``image``, with ``env`` set inside it and the
+        variables ``passed`` (a name, or a prefix ending in ``*``) as they are where it is
+        started: those that a launcher (srun, mpirun) sets for each rank it starts."""
 
     def builder(self, wheelhouse: bool = False) -> Optional[dict[str, Any]]:
         """What the front-end runs to build, find and remove this runtime's images, as data

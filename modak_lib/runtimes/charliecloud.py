@@ -18,9 +18,11 @@ class Charliecloud(RuntimeSpec):
     def image_reference(self, name: str, tag: str, image_dir: str) -> str:
         return f"{name}:{tag}"
 
-    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
+    def launch(self, image: str, env: dict[str, str], gpus: int,
+               passed: tuple[str, ...] = ()) -> list[Word]:
         # bare --set-env applies the image's own ENV (its PATH); --env-no-expand keeps ch-run
-        # from expanding $ in MODAK's values (the shell quoting already made them literal)
+        # from expanding $ in MODAK's values (the shell quoting already made them literal);
+        # ch-run keeps the environment it is started in, ``passed`` included
         words: list[Word] = ["ch-run", "--bind", Raw(f"{BIND}:{WORKDIR}"), "--cd", WORKDIR,
                              "--env-no-expand", "--set-env"]
         for key, value in env.items():

@@ -12,8 +12,9 @@ class NoRuntime(RuntimeSpec):
     def image_reference(self, name: str, tag: str, image_dir: str) -> str:
         return ""
 
-    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
-        return []
+    def launch(self, image: str, env: dict[str, str], gpus: int,
+               passed: tuple[str, ...] = ()) -> list[Word]:
+        return []  # (the program runs in the launcher's environment)
 
     def exports(self, env: dict[str, str]) -> dict[str, str]:
         return dict(env)

@@ -34,7 +34,8 @@ class Podman(RuntimeSpec):
     def image_reference(self, name: str, tag: str, image_dir: str) -> str:
         return f"localhost/{name}:{tag}"
 
-    def launch(self, image: str, env: dict[str, str], gpus: int) -> list[Word]:
+    def launch(self, image: str, env: dict[str, str], gpus: int,
+               passed: tuple[str, ...] = ()) -> list[Word]:
         words: list[Word] = ["podman", "run", "--rm", "--pull=never", "--network=host",
                              Raw(f'--label={LABEL}="$MODAK_JOB_TAG"'),
                              "--volume", Raw(f"{BIND}:{WORKDIR}"), "--workdir", WORKDIR]
@@ -42,6 +43,8 @@ class Podman(RuntimeSpec):
             words += ["--device", "nvidia.com/gpu=all"]
         for key, value in env.items():
             words += ["--env", f"{key}={value}"]
+        for name in passed:  # (a name alone: its value where podman runs, if set there;
+            words += ["--env", name]  # NAME*: every variable whose name starts so)
         return words + [image]
 
     def stop(self) -> str:

@@ -525,6 +525,19 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
             else "LOCAL_WORLD_SIZE")
         assert output.count("final loss") == 1  # (rank 0's: each rank knew its place)
 
+    # deployed as it is, the two-node job is held by Slurm for good (its partition has one
+    # node: PartitionConfig): the wait does not go on to its timeout, the job is cancelled
+    started = time.time()
+    proc = deploy(request=two_nodes, modak_infra=infra, modak_job_timeout=300)
+    assert proc.returncode != 0 and time.time() - started < 120
+    stuck = re.search(r"job (\d+) cannot start as it is: the scheduler holds it pending for "
+                      r"PartitionConfig \(its partition, account or QOS cannot give what it "
+                      r"asks for: nodes, [^)]*\); MODAK cancelled it", proc.stdout)
+    assert stuck and '"state": "CANCELLED"' in proc.stdout, proc.stdout[-3000:]
+    left = subprocess.run(["squeue", "-h", "-j", stuck.group(1), "-o", "%T"],
+                          capture_output=True, text=True)
+    assert left.stdout.strip() in ("", "CANCELLED"), left.stdout
+
 
 @pytest.mark.usefixtures("local_model")
 def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, monkeypatch):

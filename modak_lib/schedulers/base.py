@@ -88,6 +88,9 @@ class SchedulerSpec(ABC):
           ends the job (a time limit, a cancel, the OOM killer);
         - ``never_started``: {``state``, ``without``}: the native state and the fields
           missing when a job was deleted before it ran;
+        - ``stuck`` (optional): {``reasons``: shell-style patterns of a pending job's
+          reason for which it never starts as it is, ``says``: what that means}: the wait
+          cancels such a job and fails, saying why;
         - ``cancel``: argv; ``find`` (optional): argv (``{user}``), either ``split`` and
           ``fields`` (the columns of each line, ``job_id`` among them) or ``records`` (the
           line that starts each job, the job's id after it, then ``KEY = VALUE`` lines:

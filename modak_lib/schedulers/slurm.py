@@ -81,6 +81,15 @@ class Slurm(SchedulerSpec):
             "exit": {"format": "code:signal"},
             "marks": SLURMSTEPD_MARKS,
             "cancel": ["scancel", "{job_id}"],
+            # pending for these, a job never starts as it is (Slurm holds, rather than
+            # refuses, a job beyond its partition's nodes unless EnforcePartLimits says so);
+            # an aggregate limit (AssocGrp*, QOSGrp*, *MaxJobs*) or Resources passes in time
+            "stuck": {"reasons": ["PartitionConfig", "PartitionTimeLimit", "BadConstraints",
+                                  "InvalidAccount", "InvalidQOS", "AccountNotAllowed",
+                                  "QOSNotAllowed", "AssocMax*PerJob*", "AssocMax*PerNode*",
+                                  "QOSMax*PerJob*", "QOSMax*PerNode*"],
+                      "says": "its partition, account or QOS cannot give what it asks for: "
+                              "nodes, cores, memory, GPUs, time or features"},
             "find": {"argv": ["squeue", "-h", "-u", "{user}", "-o", "%i|%k"], "split": "|",
                      "fields": ["job_id", "comment"], "match": {"comment": "modak-run={run_id}"}},
         }

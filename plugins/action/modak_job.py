@@ -76,6 +76,10 @@ class ActionModule(PollingAction):
         said = (time.time(), status.get("state"))  # the last line: when, and which state
         watch = ParentWatch()
         while not status.get("terminal") and time.time() - started < timeout:
+            if status.get("stuck"):
+                result.update(self._cancel_stuck(args, task_vars, status),
+                              waited_s=round(time.time() - started, 1))
+                return result
             waited = time.time() - started
             wait = poll if failures else next_poll(waited, poll)
             time.sleep(min(wait, max(0, timeout - waited)) or 1)
@@ -125,6 +129,22 @@ class ActionModule(PollingAction):
         else:
             result["msg"] = "job %s ended %s" % (status.get("job_id"), status.get("state"))
         return result
+
+    def _cancel_stuck(self, args, task_vars, status):
+        """A job the scheduler holds for a reason it never starts for (a partition with
+        fewer nodes than it asks for): cancelled, and the task fails saying why, rather
+        than waiting for the timeout (a run of the same request would wait again)."""
+        cancel = self._query(dict(args, state="cancelled"), task_vars)
+        done = not (cancel.get("failed") or cancel.get("unreachable"))
+        if done:  # (its state now: CANCELLED)
+            status = dict(status, **dict((k, cancel[k]) for k in ("state", "terminal")
+                                         if k in cancel))
+        return dict(status, changed=True, failed=True, cancelled=done, msg=(
+            "job %s cannot start as it is: the scheduler holds it pending for %s (%s); %s. "
+            "Change the request's job options (or the target's partition) and deploy again"
+            % (status.get("job_id"), status.get("reason"), status.get("stuck"),
+               "MODAK cancelled it" if done else "cancelling it failed (%s): cancel it by "
+               "hand" % " ".join(str(cancel.get("msg", "")).split())[:200])))
 
     @staticmethod
     def _lost_message(last, failures, why):

@@ -124,10 +124,11 @@ def job_left(sched, workdir, stdout, run_id):
 
 
 class Status(object):
-    def __init__(self, state, exit_code=None, reason=None):
+    def __init__(self, state, exit_code=None, reason=None, stuck=None):
         self.state = state
         self.exit_code = exit_code
         self.reason = reason
+        self.stuck = stuck  # (pending for a reason it never starts for: what that means)
 
     @property
     def terminal(self):
@@ -135,7 +136,7 @@ class Status(object):
 
     def as_dict(self):
         return {"state": self.state, "exit_code": self.exit_code, "terminal": self.terminal,
-                "reason": self.reason}
+                "reason": self.reason, "stuck": self.stuck}
 
 
 # ---------------------------------------------------------------------------
@@ -243,7 +244,8 @@ class Batch(object):
                         ended.state, self.name)
                     return ended
             if state in ACTIVE or state == UNKNOWN:
-                return Status(state, reason=found.get("reason") or None)
+                return Status(state, reason=found.get("reason") or None,
+                              stuck=self._stuck(state, found.get("reason")))
             if query.get("active_only"):
                 continue
             fields = dict(found, native=native, state=state)
@@ -252,6 +254,16 @@ class Batch(object):
             return _classify_end(stdout, None, c.get("marks", ()),
                                  "%s knows no job %s any more" % (self.name, job_id))
         return self._ended(fields, stdout)
+
+    def _stuck(self, state, reason):
+        """What a pending job's ``reason`` says, where the job never starts for it (the
+        backend's ``stuck``); None otherwise."""
+        stuck = self.c.get("stuck")
+        if state != "PENDING" or not stuck or not reason:
+            return None
+        if any(fnmatch.fnmatchcase(reason, p) for p in stuck.get("reasons", ())):
+            return stuck.get("says") or reason
+        return None
 
     def _ended(self, fields, stdout):
         c = self.c

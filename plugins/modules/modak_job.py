@@ -80,6 +80,11 @@ options:
         per poll; a dropped SSH connection during a poll is retried (O(retries)) and, when
         the front-end stays unreachable, the failure says that the job keeps running and
         that the same task run again reattaches to it (a run is never submitted twice).
+      - A job the scheduler holds pending for a reason it never starts for as it is (Slurm's
+        C(PartitionConfig), for one that asks for more nodes than its partition has, or
+        C(PartitionTimeLimit), C(BadConstraints), C(InvalidAccount), a per-job limit of its
+        association or QOS) ends the wait of V(ended) and V(finished) at once; the job is
+        cancelled and the task fails, naming the reason.
       - V(cancelled) cancels the run's job if it is still active.
     type: str
     choices: [submitted, ended, finished, status, cancelled]
@@ -174,6 +179,15 @@ reason:
   description: The scheduler's reason for a pending job, or why a state was inferred.
   returned: when known
   type: str
+stuck:
+  description: For a pending job whose reason means that it never starts as it is, what
+    that reason means (the job is then cancelled by the wait); null otherwise.
+  returned: when the run was submitted
+  type: str
+cancelled:
+  description: Whether the wait cancelled a job that could never start (see O(state)).
+  returned: when the wait ended for such a job
+  type: bool
 stdout_path:
   description: Absolute path of the job's standard output on the front-end.
   returned: always

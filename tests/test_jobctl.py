@@ -71,6 +71,21 @@ def test_a_job_slurm_forgot_ends_by_its_own_last_line(commands, tmp_path):
     assert (status.state, status.exit_code) == ("COMPLETED", 0)
 
 
+@pytest.mark.parametrize("reason, stuck", [
+    ("PartitionConfig", True), ("QOSMaxNodePerJobLimit", True), ("BadConstraints", True),
+    ("AssocMaxWallDurationPerJobLimit", True), ("Resources", False), ("Priority", False),
+    ("QOSMaxJobsPerUserLimit", False), ("AssocGrpCpuLimit", False), ("None", False)])
+def test_a_pending_job_slurm_holds_for_good_is_said_stuck(reason, stuck, commands, tmp_path):
+    """Slurm holds a job that asks for more than its partition has (PartitionConfig), or
+    beyond a per-job limit, for good: the status says so (the wait then cancels it); a job
+    that waits its turn, or for a user's or group's running jobs to end, is not stuck."""
+    commands(squeue=(0, f"PENDING|{reason}\n", ""))
+    status = control("slurm").status(str(tmp_path), "42", job_output(tmp_path))
+    assert status.state == "PENDING" and not status.terminal
+    assert bool(status.stuck) is stuck
+    assert status.as_dict()["stuck"] == status.stuck
+
+
 def test_a_pbs_server_that_does_not_answer_is_not_a_final_state(commands, tmp_path):
     commands(qstat=(1, "", "Communication failure.\nqstat: cannot connect to server pbs"))
     status = control("pbs").status(str(tmp_path), "42.pbs", job_output(tmp_path))

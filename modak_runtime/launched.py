@@ -133,9 +133,8 @@ def torchrun_variables(me: Launched, environ: Optional[Mapping[str, str]] = None
     else:  # MPICH's, Intel MPI's (Hydra)
         local_rank = _int(env, "MPI_LOCALRANKID")
         local_size = _int(env, "MPI_LOCALNRANKS")
-    values = {"RANK": me.rank, "WORLD_SIZE": me.ranks, "LOCAL_RANK": local_rank,
-              "LOCAL_WORLD_SIZE": local_size, "MASTER_ADDR": addr, "MASTER_PORT": port}
-    return {name: str(value) for name, value in values.items()
+    values = (me.rank, me.ranks, local_rank, local_size, addr, port)
+    return {name: str(value) for name, value in zip(TORCHRUN_VARIABLES, values)
             if value is not None and not env.get(name)}
 
 

@@ -86,6 +86,19 @@ def test_a_pending_job_slurm_holds_for_good_is_said_stuck(reason, stuck, command
     assert status.as_dict()["stuck"] == status.stuck
 
 
+@pytest.mark.parametrize("comment, stuck", [
+    ("Can Never Run: Insufficient amount of resource: ncpus (R: 64 A: 32 T: 32)", True),
+    ("Not Running: Insufficient amount of resource: ncpus (R: 64 A: 0 T: 32)", False),
+    (None, False)])
+def test_a_queued_job_pbs_can_never_run_is_said_stuck(comment, stuck, commands, tmp_path):
+    """PBS Professional's scheduler comments a job it can never run as asked ("Can Never
+    Run: ..."): stuck, with that comment as its reason; one that waits its turn is not."""
+    commands(qstat=qstat("Q", after=[f"    comment = {comment}"] if comment else []))
+    status = control("pbs").status(str(tmp_path), "42", job_output(tmp_path))
+    assert status.state == "PENDING" and status.reason == comment
+    assert bool(status.stuck) is stuck
+
+
 def test_a_pbs_server_that_does_not_answer_is_not_a_final_state(commands, tmp_path):
     commands(qstat=(1, "", "Communication failure.\nqstat: cannot connect to server pbs"))
     status = control("pbs").status(str(tmp_path), "42.pbs", job_output(tmp_path))

@@ -73,7 +73,8 @@ class Pbs(SchedulerSpec):
                        "job_id": r"(?m)^\s*(\d+(\.[\w.-]+)?)\s*\Z"},
             "queries": [
                 {"argv": ["qstat", "-f", "{job_id}"], "records": "Job Id:",
-                 "fields": {"state": "job_state", "exit": "exit_status", "host": "exec_host"}},
+                 "fields": {"state": "job_state", "exit": "exit_status", "host": "exec_host",
+                            "reason": "comment"}},
             ],
             "states": {"Q": "PENDING", "H": "PENDING", "W": "PENDING", "T": "PENDING",
                        "S": "SUSPENDED", "R": "RUNNING", "E": "RUNNING", "C": "ENDED",
@@ -91,6 +92,11 @@ class Pbs(SchedulerSpec):
             # deleted while queued: C without an exit status or a host, and no output
             "never_started": {"state": "C", "without": ["exit", "host"]},
             "cancel": ["qdel", "{job_id}"],
+            # PBS Professional's and OpenPBS's scheduler comments a job it can never run
+            # as asked ("Can Never Run: Insufficient amount of resource: ncpus (R: 64 A: 32
+            # T: 32)"); one that waits its turn says "Not Running: ..."
+            "stuck": {"reasons": ["Can Never Run*"],
+                      "says": "the server cannot give what it asks for"},
             # every job the server lists, in full, of those not finished: a finished one
             # (C, F) that the server still lists is an earlier deploy's of the same script
             # (the run id is the script's hash), in another run directory; a run's own

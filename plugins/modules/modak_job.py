@@ -83,8 +83,9 @@ options:
       - A job the scheduler holds pending for a reason it never starts for as it is (Slurm's
         C(PartitionConfig), for one that asks for more nodes than its partition has, or
         C(PartitionTimeLimit), C(BadConstraints), C(InvalidAccount), a per-job limit of its
-        association or QOS) ends the wait of V(ended) and V(finished) at once; the job is
-        cancelled and the task fails, naming the reason.
+        association or QOS; PBS Professional's comment C(Can Never Run) ends the wait of
+        V(ended) and V(finished) at once; the job is cancelled and the task fails, naming the
+        reason.
       - V(cancelled) cancels the run's job if it is still active.
     type: str
     choices: [submitted, ended, finished, status, cancelled]

@@ -107,6 +107,8 @@ class Target(Strict):
     frontend: Frontend = Frontend()
     partitions: tuple[SchedName, ...] = ()
     cores_per_node: Count(4096) = Field(1, description="physical cores a job may use per node")
+    nodes: Optional[Count(100_000)] = Field(None, description="nodes a job may use (its "
+                                            "partition's); unchecked when unset")
     memory_gb: Optional[float] = Field(None, gt=0, le=1_000_000)
     cpu_arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
     microarchitecture: str = Field("x86_64", pattern=r"^[a-z0-9_]{1,32}$",

@@ -88,6 +88,13 @@ def choose_runtime(request: JobRequest) -> Runtime:
 def resources(request: JobRequest) -> Resources:
     job, app, target = request.job, request.application, request.target
     nodes = job.node_count
+    # (a batch scheduler would hold such a job pending for good: modak_job's "stuck")
+    if nodes > 1 and target.scheduler == "local":
+        raise InputError([("job.node_count", f"{nodes} nodes asked for, but a target without "
+                           "a scheduler is one host")], request.source)
+    if target.nodes is not None and nodes > target.nodes:
+        raise InputError([("job.node_count", f"{nodes} nodes exceed the target's nodes "
+                           f"{target.nodes}")], request.source)
     tasks = max(job.process_count_per_node, -(-app.mpi_ranks // nodes))
     if job.core_count is not None:
         if job.core_count % (nodes * tasks):

@@ -476,13 +476,23 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
 
     env = dict(os.environ, MODAK_RESULTS=str(deploy.store.path),
                MODAK_MODEL=str(deploy.tmp / "model.joblib"))
+    two_nodes = ddp_request(deploy.tmp, 2, 1)
+    # the front-end's infrastructure file says it has one node: a two-node job is refused
+    refused = subprocess.run(["modak", "plan", str(two_nodes), "--infra", infra], cwd=ROOT,
+                             env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        "job.node_count: 2 nodes exceed the target's nodes 1"), refused.stderr
+    # as a target that does not say how many nodes it has
+    unsaid = pathlib.Path(infra).read_text().replace("\nnodes: 1\n", "\n")
+    assert "nodes:" not in unsaid
+    infra = deploy.tmp / "local-frontend-nodes-unsaid.yaml"
+    infra.write_text(unsaid)
     pbs_infra = deploy.tmp / "local-frontend-pbs.yaml"
-    pbs_infra.write_text(pathlib.Path(infra).read_text().replace("scheduler: slurm",
-                                                                 "scheduler: pbs"))
+    pbs_infra.write_text(unsaid.replace("scheduler: slurm", "scheduler: pbs"))
     # (scheduler: infrastructure file, its launch line, the directives for two nodes and for
     # the one node there is, how the job is submitted and waited for)
     cases = {
-        "slurm": (infra, r"^srun podman run .* --env 'SLURM_\*' ",
+        "slurm": (str(infra), r"^srun podman run .* --env 'SLURM_\*' ",
                   "#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n",
                   "#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=2\n",
                   "sbatch --wait --output=two-nodes.out two-nodes.sh"),
@@ -493,7 +503,6 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
                 "#PBS -l nodes=2:ppn=1\n", "#PBS -l nodes=1:ppn=2\n",
                 "qsub -o two-nodes.out -j oe two-nodes.sh"),
     }
-    two_nodes = ddp_request(deploy.tmp, 2, 1)
     for scheduler, (infra_file, launch, two, one, submit) in cases.items():
         out = deploy.tmp / f"two-nodes-{scheduler}"
         planned = subprocess.run(["modak", "plan", str(two_nodes), "--infra", infra_file,
@@ -528,7 +537,7 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
     # deployed as it is, the two-node job is held by Slurm for good (its partition has one
     # node: PartitionConfig): the wait does not go on to its timeout, the job is cancelled
     started = time.time()
-    proc = deploy(request=two_nodes, modak_infra=infra, modak_job_timeout=300)
+    proc = deploy(request=two_nodes, modak_infra=str(infra), modak_job_timeout=300)
     assert proc.returncode != 0 and time.time() - started < 120
     stuck = re.search(r"job (\d+) cannot start as it is: the scheduler holds it pending for "
                       r"PartitionConfig \(its partition, account or QOS cannot give what it "

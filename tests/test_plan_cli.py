@@ -124,6 +124,30 @@ def test_plan_time_errors(tmp_path, changes, message):
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_more_nodes_than_the_target_has_stop_the_plan(tmp_path):
+    """A target that says how many nodes a job may use refuses a request for more, naming
+    the field; a target without a scheduler is one host; one that does not say is not
+    checked (a batch scheduler holding such a job for good is modak_job's to cancel)."""
+    req, alone = tmp_path / "r.json", tmp_path / "alone.json"
+    eight = {"job.job_options.node_count": 8, "job.job_options.core_count": 320}
+    req.write_text(json.dumps(dsl(**eight)))
+    alone.write_text(json.dumps(dsl(**eight, **{"job.target.job_scheduler_type": "none"})))
+    testbed = (ROOT / "examples/infra/hlrs-testbed.yaml").read_text()
+    assert "\nnodes:" not in testbed
+    four = tmp_path / "four-nodes.yaml"
+    four.write_text(testbed + "nodes: 4\n")
+    local = tmp_path / "local.yaml"
+    local.write_text("scheduler: local\ncores_per_node: 40\n")
+    for request, infra, rc, said in (
+            (req, four, 2, "job.node_count: 8 nodes exceed the target's nodes 4"),
+            (alone, local, 2, "job.node_count: 8 nodes asked for, but a target without a "
+                              "scheduler is one host"),
+            (req, ROOT / "examples/infra/hlrs-testbed.yaml", 0, "")):
+        proc = run_modak("plan", str(request), "--infra", str(infra))
+        assert proc.returncode == rc, proc.stderr
+        assert proc.stderr.strip().endswith(said) and "Traceback" not in proc.stderr
+
+
 def test_a_job_name_pbs_refuses_stops_the_plan_and_slurm_takes_it(tmp_path):
     """MODAK's pattern takes a job name that starts with a digit; PBS's qsub does not: the
     PBS plan says so, naming the file and the field, before anything is submitted."""

@@ -539,9 +539,10 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
     started = time.time()
     proc = deploy(request=two_nodes, modak_infra=str(infra), modak_job_timeout=300)
     assert proc.returncode != 0 and time.time() - started < 120
+    # (Slurm says one or the other, as its checks meet the job)
     stuck = re.search(r"job (\d+) cannot start as it is: the scheduler holds it pending for "
-                      r"PartitionConfig \(its partition, account or QOS cannot give what it "
-                      r"asks for: nodes, [^)]*\); MODAK cancelled it", proc.stdout)
+                      r"Partition(?:Config|NodeLimit) \(its partition, account or QOS cannot "
+                      r"give what it asks for: nodes, [^)]*\); MODAK cancelled it", proc.stdout)
     assert stuck and '"state": "CANCELLED"' in proc.stdout, proc.stdout[-3000:]
     left = subprocess.run(["squeue", "-h", "-j", stuck.group(1), "-o", "%T"],
                           capture_output=True, text=True)

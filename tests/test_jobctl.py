@@ -72,7 +72,8 @@ def test_a_job_slurm_forgot_ends_by_its_own_last_line(commands, tmp_path):
 
 
 @pytest.mark.parametrize("reason, stuck", [
-    ("PartitionConfig", True), ("QOSMaxNodePerJobLimit", True), ("BadConstraints", True),
+    ("PartitionConfig", True), ("PartitionNodeLimit", True), ("QOSMaxNodePerJobLimit", True),
+    ("BadConstraints", True),
     ("AssocMaxWallDurationPerJobLimit", True), ("Resources", False), ("Priority", False),
     ("QOSMaxJobsPerUserLimit", False), ("AssocGrpCpuLimit", False), ("None", False)])
 def test_a_pending_job_slurm_holds_for_good_is_said_stuck(reason, stuck, commands, tmp_path):

@@ -82,9 +82,12 @@ class Slurm(SchedulerSpec):
             "marks": SLURMSTEPD_MARKS,
             "cancel": ["scancel", "{job_id}"],
             # pending for these, a job never starts as it is (Slurm holds, rather than
-            # refuses, a job beyond its partition's nodes unless EnforcePartLimits says so);
-            # an aggregate limit (AssocGrp*, QOSGrp*, *MaxJobs*) or Resources passes in time
-            "stuck": {"reasons": ["PartitionConfig", "PartitionTimeLimit", "BadConstraints",
+            # refuses, a job beyond its partition's nodes unless EnforcePartLimits says so:
+            # PartitionConfig or PartitionNodeLimit, which also stands for nodes named by
+            # --nodelist that are down, and MODAK names none); an aggregate limit (AssocGrp*,
+            # QOSGrp*, *MaxJobs*) or Resources passes in time
+            "stuck": {"reasons": ["PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit",
+                                  "BadConstraints",
                                   "InvalidAccount", "InvalidQOS", "AccountNotAllowed",
                                   "QOSNotAllowed", "AssocMax*PerJob*", "AssocMax*PerNode*",
                                   "QOSMax*PerJob*", "QOSMax*PerNode*"],

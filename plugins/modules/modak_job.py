@@ -81,7 +81,8 @@ options:
         the front-end stays unreachable, the failure says that the job keeps running and
         that the same task run again reattaches to it (a run is never submitted twice).
       - A job the scheduler holds pending for a reason it never starts for as it is (Slurm's
-        C(PartitionConfig), for one that asks for more nodes than its partition has, or
+        C(PartitionConfig) or C(PartitionNodeLimit), for one that asks for more nodes than its
+        partition has, or
         C(PartitionTimeLimit), C(BadConstraints), C(InvalidAccount), a per-job limit of its
         association or QOS; PBS Professional's comment C(Can Never Run) ends the wait of
         V(ended) and V(finished) at once; the job is cancelled and the task fails, naming the

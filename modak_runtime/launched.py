@@ -70,6 +70,8 @@ class Launched:
     ranks: int
     local: bool        # every rank runs on this node
     run: str           # the launcher's id for this start of the ranks
+    local_rank: Optional[int] = None   # its place among the ranks on its node (if said)
+    local_ranks: Optional[int] = None  # how many ranks run on its node (if said)
 
 
 def _int(environ: Mapping[str, str], name: str) -> Optional[int]:
@@ -117,23 +119,12 @@ def torchrun_variables(me: Launched, environ: Optional[Mapping[str, str]] = None
     env = os.environ if environ is None else environ
     if me.launcher == "torchrun":
         return {}
-    local_rank = local_size = None
     addr = port = None
     if me.launcher == "srun":
-        local_rank = _int(env, "SLURM_LOCALID")
-        node = _int(env, "SLURM_NODEID")
-        if node is not None:
-            local_size = _tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""), node)
         addr = env.get("SLURM_LAUNCH_NODE_IPADDR") or None
         job = _int(env, "SLURM_JOB_ID")
         port = PORT_BASE + job % PORT_SPAN if job is not None else None
-    elif env.get("OMPI_COMM_WORLD_SIZE"):
-        local_rank = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK")
-        local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE")
-    else:  # MPICH's, Intel MPI's (Hydra)
-        local_rank = _int(env, "MPI_LOCALRANKID")
-        local_size = _int(env, "MPI_LOCALNRANKS")
-    values = (me.rank, me.ranks, local_rank, local_size, addr, port)
+    values = (me.rank, me.ranks, me.local_rank, me.local_ranks, addr, port)
     return {name: str(value) for name, value in zip(TORCHRUN_VARIABLES, values)
             if value is not None and not env.get(name)}
 
@@ -164,30 +155,37 @@ def launched(environ: Optional[Mapping[str, str]] = None) -> Optional[Launched]:
     """The rank a launcher's variables give this process, or None: not one of several
     ranks (a launcher's single rank is a run of its own)."""
     env = os.environ if environ is None else environ
-    found: Optional[tuple[str, Optional[int], Optional[int], Optional[int], str]] = None
+    # (launcher, rank, ranks, its place on its node, how many there, the launch's id)
+    found: Optional[tuple[str, Optional[int], Optional[int], Optional[int], Optional[int],
+                          str]] = None
     if env.get("TORCHELASTIC_RUN_ID"):  # torchrun (torch.distributed.run)
         found = ("torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"),
-                 _int(env, "LOCAL_WORLD_SIZE"),
+                 _int(env, "LOCAL_RANK"), _int(env, "LOCAL_WORLD_SIZE"),
                  f"{env['TORCHELASTIC_RUN_ID']}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}")
     elif env.get("OMPI_COMM_WORLD_SIZE"):  # Open MPI's mpirun (under Slurm too: its own)
         found = ("mpirun", _int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
+                 _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
                  _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE"),
                  env.get("PMIX_NAMESPACE") or env.get("OMPI_MCA_ess_base_jobid") or "")
     elif env.get("PMI_SIZE"):  # MPICH's and Intel MPI's mpirun (no id of the launch known:
         # the ranks print one record, but their time caps are their own)
-        found = ("mpirun", _int(env, "PMI_RANK"), _int(env, "PMI_SIZE"), None, "")
+        found = ("mpirun", _int(env, "PMI_RANK"), _int(env, "PMI_SIZE"),
+                 _int(env, "MPI_LOCALRANKID"), _int(env, "MPI_LOCALNRANKS"), "")
     elif env.get("SLURM_STEP_ID") and env.get("SLURM_JOB_ID"):  # a task of an srun step
         nodes = _int(env, "SLURM_STEP_NUM_NODES")
         ranks = _int(env, "SLURM_STEP_NUM_TASKS")
-        found = ("srun", _int(env, "SLURM_PROCID"), ranks,
-                 ranks if nodes == 1 else None,
+        node = _int(env, "SLURM_NODEID")
+        found = ("srun", _int(env, "SLURM_PROCID"), ranks, _int(env, "SLURM_LOCALID"),
+                 ranks if nodes == 1 else None if node is None else
+                 _tasks_on_node(env.get("SLURM_STEP_TASKS_PER_NODE", ""), node),
                  f"{env['SLURM_JOB_ID']}.{env['SLURM_STEP_ID']}")
     if found is None:
         return None
-    launcher, rank, ranks, local_ranks, run = found
+    launcher, rank, ranks, local_rank, local_ranks, run = found
     if rank is None or ranks is None or ranks < 2 or not 0 <= rank < ranks:
         return None
-    return Launched(launcher, rank, ranks, local_ranks == ranks and bool(run), run)
+    return Launched(launcher, rank, ranks, local_ranks == ranks and bool(run), run,
+                    local_rank, local_ranks)
 
 
 class Peers:

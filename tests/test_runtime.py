@@ -691,31 +691,34 @@ def test_a_launchers_ranks_get_torchruns_variables():
             "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_NUM_NODES": "2", "SLURM_NODEID": "1",
             "SLURM_LOCALID": "1", "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
             "SLURM_LAUNCH_NODE_IPADDR": "10.1.2.3"}
-    me = launched.launched(srun)
-    assert launched.torchrun_variables(me, srun) == {
+
+    def given_by(env):  # (the rank's place, as launched() reads it from env)
+        return launched.torchrun_variables(launched.launched(env), env)
+
+    assert given_by(srun) == {
         "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
         "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": str(20000 + 123456 % 10000)}
     # an uneven step: three tasks on the first node, one on the second
     uneven = {**srun, "SLURM_STEP_TASKS_PER_NODE": "3,1", "SLURM_LOCALID": "0"}
-    assert launched.torchrun_variables(me, uneven)["LOCAL_WORLD_SIZE"] == "1"
+    assert given_by(uneven)["LOCAL_WORLD_SIZE"] == "1"
     for nonsense in ("2(xz)", "2(x2", "x", "2(x1)"):  # (the last: no second node)
-        assert "LOCAL_WORLD_SIZE" not in launched.torchrun_variables(
-            me, {**srun, "SLURM_STEP_TASKS_PER_NODE": nonsense})
+        assert "LOCAL_WORLD_SIZE" not in given_by(
+            {**srun, "SLURM_STEP_TASKS_PER_NODE": nonsense})
     # the job script's (or the user's) rendezvous is kept
     given = {**srun, "MASTER_ADDR": "node001", "MASTER_PORT": "29500"}
-    assert set(launched.torchrun_variables(me, given)) == {
+    assert set(given_by(given)) == {
         "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}
     ompi = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8",
             "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
             "MASTER_ADDR": "node001", "MASTER_PORT": "21234"}
-    assert launched.torchrun_variables(launched.launched(ompi), ompi) == {
+    assert given_by(ompi) == {
         "RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
     hydra = {"PMI_RANK": "2", "PMI_SIZE": "4", "MPI_LOCALRANKID": "0", "MPI_LOCALNRANKS": "2"}
-    assert launched.torchrun_variables(launched.launched(hydra), hydra) == {
+    assert given_by(hydra) == {
         "RANK": "2", "WORLD_SIZE": "4", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
     torchrun = {"TORCHELASTIC_RUN_ID": "abc", "RANK": "1", "WORLD_SIZE": "2",
                 "LOCAL_WORLD_SIZE": "2"}
-    assert launched.torchrun_variables(launched.launched(torchrun), torchrun) == {}
+    assert given_by(torchrun) == {}
 
 
 def test_a_launchers_ranks_are_read_from_its_variables(tmp_path):
@@ -726,20 +729,21 @@ def test_a_launchers_ranks_are_read_from_its_variables(tmp_path):
 
     torchrun = {"TORCHELASTIC_RUN_ID": "abc", "RANK": "1", "WORLD_SIZE": "4",
                 "LOCAL_WORLD_SIZE": "4"}
-    assert launched.launched(torchrun) == launched.Launched("torchrun", 1, 4, True, "abc.0")
+    assert launched.launched(torchrun) == launched.Launched("torchrun", 1, 4, True, "abc.0",
+                                                            None, 4)
     assert launched.launched({**torchrun, "LOCAL_WORLD_SIZE": "2"}).local is False
     assert launched.launched({**torchrun, "WORLD_SIZE": "1", "RANK": "0"}) is None
     assert launched.launched({**torchrun, "RANK": "4"}) is None
     assert launched.launched({**torchrun, "RANK": "x"}) is None
     srun = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0",
             "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1"}
-    assert launched.launched(srun) == launched.Launched("srun", 0, 2, True, "7.0")
+    assert launched.launched(srun) == launched.Launched("srun", 0, 2, True, "7.0", None, 2)
     assert launched.launched({**srun, "SLURM_STEP_NUM_NODES": "2"}).local is False
     batch = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0", "SLURM_NTASKS": "4"}
     assert launched.launched(batch) is None  # (the batch script: one process)
     ompi = {"OMPI_COMM_WORLD_RANK": "2", "OMPI_COMM_WORLD_SIZE": "3",
             "OMPI_COMM_WORLD_LOCAL_SIZE": "3", "PMIX_NAMESPACE": "ns1"}
-    assert launched.launched(ompi) == launched.Launched("mpirun", 2, 3, True, "ns1")
+    assert launched.launched(ompi) == launched.Launched("mpirun", 2, 3, True, "ns1", None, 3)
     # Open MPI under Slurm: the ranks are Open MPI's, not those of the step of its daemons
     assert launched.launched({**srun, **ompi, "SLURM_STEP_NUM_TASKS": "1"}).rank == 2
     hydra = {"PMI_RANK": "1", "PMI_SIZE": "4"}  # (MPICH: no id of the launch, not shared)

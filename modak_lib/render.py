@@ -18,6 +18,8 @@ from typing import Any, Optional
 from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from modak_runtime.launched import PORT_BASE, PORT_SPAN
+
 from . import __version__
 from .catalogue import Variant
 from .cpu import target_flags
@@ -150,7 +152,9 @@ def render_job_script(*, directives: list[str], exports: dict[str, str], launch:
                   job_id=_first_set(job_id_vars, "$$"),
                   started_as=_first_set(job_id_vars, "") if job_id_vars else None,
                   submit_dir=_first_set(submit_dir_vars, "$PWD") if submit_dir_vars else None,
-                  app_digest=app_digest, stop=stop, probe=probe, rendezvous=rendezvous)
+                  app_digest=app_digest, stop=stop, probe=probe, rendezvous=rendezvous,
+                  # (the runtime's port where no job script gives one: the same in both)
+                  port_base=PORT_BASE, port_span=PORT_SPAN)
 
 
 def _first_set(names: tuple[str, ...], otherwise: str) -> str:

@@ -85,9 +85,16 @@ def choose_runtime(request: JobRequest) -> Runtime:
     return Runtime.apptainer if request.target.scheduler != "local" else Runtime.none
 
 
+def rank_layout(request: JobRequest) -> tuple[int, int]:
+    """(nodes, tasks per node) of the request's job: its ranks are their product."""
+    nodes = request.job.node_count
+    return nodes, max(request.job.process_count_per_node,
+                      -(-request.application.mpi_ranks // nodes))
+
+
 def resources(request: JobRequest) -> Resources:
     job, app, target = request.job, request.application, request.target
-    nodes = job.node_count
+    nodes, tasks = rank_layout(request)
     # (a batch scheduler would hold such a job pending for good: modak_job's "stuck")
     if nodes > 1 and target.scheduler == "local":
         raise InputError([("job.node_count", f"{nodes} nodes asked for, but a target without "
@@ -95,7 +102,6 @@ def resources(request: JobRequest) -> Resources:
     if target.nodes is not None and nodes > target.nodes:
         raise InputError([("job.node_count", f"{nodes} nodes exceed the target's nodes "
                            f"{target.nodes}")], request.source)
-    tasks = max(job.process_count_per_node, -(-app.mpi_ranks // nodes))
     if job.core_count is not None:
         if job.core_count % (nodes * tasks):
             raise InputError([("job.core_count", f"{job.core_count} cores do not divide into "

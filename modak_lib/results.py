@@ -35,8 +35,9 @@ SHIPPED_DATASETS = (SHIPPED, CAMPAIGN)
 
 # column -> SQLite type, in the CSV's order: declared once, with the record they come from
 COLUMNS: dict[str, str] = {name: sql for name, (sql, _) in record.STORE_COLUMNS.items()}
-# the columns a store or CSV older than them gets from each row's record (its losses)
-DERIVED = record.LOSS_FIGURES
+# the columns a store or CSV older than them gets from each row's record (its losses, its
+# ranks)
+DERIVED = (*record.LOSS_FIGURES, *record.EFFECT_FIGURES)
 # a run's losses where training had got to: SQLite keeps no NaN (it stores NULL, which reads
 # as a run that had no loss at all), so a loss that became NaN (a reduced precision's
 # overflow, late in a job) is kept as infinite, a result changed beyond any tolerance
@@ -233,7 +234,7 @@ class ResultsStore:
                 if c in missing:
                     con.executemany(f'UPDATE measurements SET "{c}" = ? WHERE id = ?', [
                         (v, i) for i, raw in con.execute("SELECT id, raw FROM measurements")
-                        if (v := _from_losses(raw, c)) is not None])
+                        if (v := _from_record(raw, c)) is not None])
             con.execute("COMMIT")
         except sqlite3.DatabaseError as exc:
             con.execute("ROLLBACK")
@@ -283,7 +284,7 @@ class ResultsStore:
             out[key] = value
         for c in DERIVED:  # (a CSV written before the column was)
             if out[c] is None and out["raw"]:
-                out[c] = _from_losses(out["raw"], c)
+                out[c] = _from_record(out["raw"], c)
         return out
 
     def raws_of_run(self, run_id: str) -> set[str]:
@@ -368,7 +369,7 @@ def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
             raise StoreError(f"{path}: cannot read measurements ({exc})") from None
         for c in DERIVED:  # (written before the column was)
             if c not in frame and "raw" in frame:
-                frame[c] = frame["raw"].map(lambda raw, c=c: _from_losses(raw, c))
+                frame[c] = frame["raw"].map(lambda raw, c=c: _from_record(raw, c))
         frames.append(frame)
     if store is not None and store.path.exists():
         frames.append(pd.DataFrame(store.rows()).drop(columns=["id"]))
@@ -380,9 +381,12 @@ def load_frame(store: ResultsStore | None = None, include_shipped: bool = True,
     return df
 
 
-def _from_losses(raw: Any, column: str) -> Optional[float]:
+def _from_record(raw: Any, column: str) -> Any:
     """A stored record's ``end_loss`` (``record.end_loss``) or ``start_loss``
-    (``record.start_loss``) from its losses: for rows recorded before the store kept it."""
+    (``record.start_loss``) from its losses, or its ``ranks`` or ``launcher`` from its
+    effect: for rows recorded before the store kept them."""
+    if column in record.EFFECT_FIGURES:
+        return record.effect_figure(raw, column)
     try:
         m = json.loads(raw).get("metrics") or {}
     except (TypeError, ValueError, AttributeError):

@@ -163,6 +163,9 @@ STORE_COLUMNS: dict[str, tuple[str, Optional[str]]] = {
     "input_shape": ("TEXT", "fingerprint.input_shape"),
     "image_size": ("INTEGER", None),
     "compiler": ("TEXT NOT NULL", "config.compiler"), "threads": ("INTEGER", "config.threads"),
+    # the training ranks the run was one of (rank 0's record: None for a single process) and
+    # what started them (torchrun, srun, mpirun; None where the script started its own)
+    "ranks": ("INTEGER", "effect.ranks"), "launcher": ("TEXT", "effect.launcher"),
     "allocator": ("TEXT NOT NULL", "config.allocator"),
     "precision": ("TEXT NOT NULL", "config.precision"),
     "channels_last": ("INTEGER NOT NULL", "config.channels_last"),
@@ -236,6 +239,23 @@ def start_loss(losses: Any) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return first[1] if first is not None and math.isfinite(first[1]) else None
+
+
+# the store's columns from a record's ``effect`` that a record printed before the store kept
+# them still has (:func:`effect_figure`)
+EFFECT_FIGURES = ("ranks", "launcher")
+
+
+def effect_figure(raw: Any, name: str) -> Any:
+    """One of :data:`EFFECT_FIGURES` from a record as stored (its JSON text), or None; the
+    text is parsed only where it names the figure (most runs are single processes)."""
+    if not isinstance(raw, str) or f'"{name}"' not in raw:
+        return None
+    try:
+        effect = json.loads(raw).get("effect")
+    except (ValueError, AttributeError):
+        return None
+    return effect.get(name) if isinstance(effect, dict) else None
 
 
 # the loss figures a record's metrics carry that :func:`loss_figures` can derive from its

@@ -466,16 +466,28 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
     it torchrun's variables.  (The front-end has one node: the two-node job's script runs
     with its two ranks there, each in its own container, as srun starts them on two.)"""
     infra = str(ROOT / "examples/infra/local-frontend.yaml")
-    proc = deploy(request=ddp_request(deploy.tmp, 1, 2), modak_infra=infra)
+    one_node = ddp_request(deploy.tmp, 1, 2)
+    proc = deploy(request=one_node, modak_infra=infra)
     _ok(proc)
     (row,) = deploy.store.rows()
     effect = json.loads(row["raw"])["effect"]
     assert row["status"] == "ok" and row["steps"] == 16
     assert (effect["ranks"], effect["launcher"]) == (2, "torchrun")
+    assert (row["ranks"], row["launcher"]) == (2, "torchrun")
     where = pathlib.Path(re.search(r"run directory on \S+: (/\S+) \(", proc.stdout).group(1))
 
     env = dict(os.environ, MODAK_RESULTS=str(deploy.store.path),
                MODAK_MODEL=str(deploy.tmp / "model.joblib"))
+    # the job planned again: the configuration it ran is answered by its run of two ranks,
+    # and the model, of single processes, predicts none of the others
+    again = subprocess.run(["modak", "plan", str(one_node), "--infra", infra, "--json"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    plan = json.loads(again.stdout)
+    predicted = [c["prediction"] for c in plan["candidates"] if c.get("prediction")]
+    assert [(p["measured"], p["seconds"]) for p in predicted] == [
+        (True, pytest.approx(row["s_per_step"]))]
+    assert any("a model of 2 training ranks" in n for n in plan["notes"])
     two_nodes = ddp_request(deploy.tmp, 2, 1)
     # the front-end's infrastructure file says it has one node: a two-node job is refused
     refused = subprocess.run(["modak", "plan", str(two_nodes), "--infra", infra], cwd=ROOT,

@@ -2099,6 +2099,65 @@ def test_a_run_in_one_image_is_not_another_images_measurement():
                                           for c in on_host.candidates)
 
 
+def test_a_run_of_several_ranks_answers_only_a_job_of_as_many_and_is_not_fitted_on():
+    """A data-parallel run (rank 0's record, ``effect.ranks``) is a measurement of that many
+    ranks: it answers a job of as many, a single process's run does not answer that job, nor
+    it a single process's.  The model, fitted on single processes, does not speak for a job
+    of several ranks: its unmeasured configurations are left to the prior and the trials.  A
+    script that starts its own ranks (``mp.spawn``, no launcher) is as many ranks in a job
+    of one process, as its latest run was."""
+    single = synthetic()
+    ranked = synthetic().assign(ranks=2, launcher="torchrun", recorded_at="2026-11-23T00:00:00",
+                                run_id="ranked", s_per_step=lambda d: d["s_per_step"] * 3)
+    both = pd.concat([single, ranked], ignore_index=True)
+    assert len(m.usable(m.training_frame(both))) == len(single)
+    fitted = m.fit(both, estimators=("linear",))
+    assert fitted.meta["rows"] == len(single)
+    groups = m.measured_groups(m.training_frame(both))
+    assert sorted({g["ranks"] for g in groups}) == [1, 2]
+
+    def stock_time(runs, threads):
+        return runs[(runs.workload == "mnist-cnn") & (runs.compiler == "off")
+                    & (runs.threads == threads) & (runs.allocator == "glibc")
+                    & (runs.precision == "fp32")]["s_per_step"].median()
+
+    def stock_of(plan, threads):
+        return next(c for c in plan.candidates if c.configuration.compiler is None
+                    and c.configuration.threads == threads
+                    and c.configuration.allocator == Allocator.glibc
+                    and c.configuration.precision == Precision.fp32)
+
+    base = mnist_request()  # (torchrun's two ranks of one thread each)
+    two = base.model_copy(update={"job": base.job.model_copy(
+        update={"process_count_per_node": 2})})
+    only_single = predictor_for(single)
+    plan = make_plan(two, predictor=only_single, run_id="s").plan
+    assert plan.decided_by == "prior"
+    assert not any(c.prediction for c in plan.candidates)
+    assert any("a model of 2 training ranks" in n for n in plan.notes)
+    with_ranked = m.model_predictor(fitted, both)
+    plan = make_plan(two, predictor=with_ranked, run_id="r").plan
+    stock = stock_of(plan, 1)
+    assert stock.prediction.measured
+    assert stock.prediction.seconds == pytest.approx(stock_time(ranked, 1))
+    assert all(c.prediction is None or c.prediction.measured for c in plan.candidates)
+    alone = make_plan(mnist_request(), predictor=with_ranked, run_id="a").plan
+    assert stock_of(alone, 1).prediction.seconds == pytest.approx(stock_time(single, 1))
+    # the script's own ranks: a job of one process, its runs of two ranks without a launcher
+    spawned = ranked.assign(launcher=None, run_id="spawned")
+    spawns = m.model_predictor(m.fit(pd.concat([single, spawned], ignore_index=True),
+                                     estimators=("linear",)),
+                               pd.concat([single, spawned], ignore_index=True))
+    plan = make_plan(mnist_request(), predictor=spawns, run_id="p").plan
+    assert stock_of(plan, 2).prediction.seconds == pytest.approx(stock_time(spawned, 2))
+    # and once it trains in one process again, its latest run says so
+    again = single.assign(recorded_at="2026-11-24T00:00:00", run_id="again")
+    data = pd.concat([spawned, again], ignore_index=True)
+    plan = make_plan(mnist_request(), predictor=m.model_predictor(
+        m.fit(data, estimators=("linear",)), data), run_id="q").plan
+    assert stock_of(plan, 2).prediction.seconds == pytest.approx(stock_time(again, 2))
+
+
 def test_a_failure_or_a_refused_knob_answers_for_the_place_it_happened():
     """torch.compile failing on another CPU, or tcmalloc missing from one image, does not
     keep them from this target or the host: a refused knob or a failed configuration is

@@ -1693,7 +1693,7 @@ def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_
     """``end_loss``: the mean of the losses sampled after the first half of the steps
     (thinned samples too); ``start_loss``: the first one sampled.  A record of a runtime
     before them, a store written before the columns and a CSV without them get them from
-    the record's losses."""
+    the record's losses; and so do the ranks and their launcher, from the record's effect."""
     import sqlite3
     from modak_runtime.record import Metrics, end_loss, start_loss
     assert end_loss([[1, 9.0], [2, 5.0], [3, 4.0], [4, 2.0]], 4) == 3.0
@@ -1708,12 +1708,14 @@ def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_
         rec = json.loads(Record(workload="w", framework="pytorch", metrics=Metrics(
             steps=steps, s_per_step=0.1, final_loss=losses[-1][1], losses=losses)).to_json())
         del rec["metrics"]["end_loss"], rec["metrics"]["start_loss"]
+        rec["effect"].update(ranks=2, launcher="srun")  # (rank 0's record of a Slurm step)
         return rec
     first = old_record([[1, 4.0], [2, 3.0], [3, 2.0], [4, 1.0]], 4)
     assert flatten(first)["end_loss"] == 1.5 and flatten(first)["start_loss"] == 4.0
+    assert (flatten(first)["ranks"], flatten(first)["launcher"]) == (2, "srun")
     # a store of the MODAK before the columns
     path = tmp_path / "before.sqlite"
-    derived = ("end_loss", "start_loss")
+    derived = ("end_loss", "start_loss", "ranks", "launcher")
     cols = [c for c in STORE_COLUMNS if c not in derived]
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE measurements (id INTEGER PRIMARY KEY, " + ", ".join(
@@ -1726,6 +1728,7 @@ def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_
     store = ResultsStore(path)
     (kept,) = store.rows()
     assert kept["end_loss"] == 1.5 and kept["start_loss"] == 4.0 and kept["final_loss"] == 1.0
+    assert (kept["ranks"], kept["launcher"]) == (2, "srun")
     # a CSV of the time, loaded and imported
     csv_path = tmp_path / "before.csv"
     store.export_csv(csv_path)
@@ -1739,8 +1742,10 @@ def test_the_loss_at_a_runs_end_is_its_second_halfs_mean_in_old_records_too(tmp_
     other = ResultsStore(tmp_path / "imported.sqlite")
     assert other.import_csv(csv_path) == 1
     assert (other.rows()[0]["end_loss"], other.rows()[0]["start_loss"]) == (1.5, 4.0)
+    assert (other.rows()[0]["ranks"], other.rows()[0]["launcher"]) == (2, "srun")
     frame = load_frame(None, include_shipped=False, extra=[csv_path])
     assert frame["end_loss"].tolist() == [1.5] and frame["start_loss"].tolist() == [4.0]
+    assert frame["ranks"].tolist() == [2] and frame["launcher"].tolist() == ["srun"]
 
 
 def test_application_files_of_orchestrator_nodes_come_from_the_named_directory(tmp_path):

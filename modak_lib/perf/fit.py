@@ -33,9 +33,9 @@ RANGE_MARGIN = 0.5     # log space (x1.65): how far beyond the measured efficien
 #                        may go
 PREFER_MARGIN = 0.10   # another estimator must beat the linear model's held-out MAPE by 10%
 # a cell: one workload on one target as its probe describes it (the same CPU on another
-# machine, measured otherwise, is another target)
+# machine, measured otherwise, is another target), in as many training ranks
 TARGET_KEYS = ["fingerprint", "workload", "framework", "microarchitecture", "cores", "batch_size",
-               "image_size", *F.TARGET_FIGURES]
+               "image_size", *F.TARGET_FIGURES, "ranks"]
 CONFIG_KEYS = F.CONFIG_KEYS
 INT_KEYS = ("threads", "channels_last", "onednn", "batch_size", "cores")
 
@@ -67,6 +67,7 @@ def training_frame(df):
     for col in F.TARGET_FIGURES + F.WORKLOAD_FIGURES:
         if col not in df:
             df[col] = np.nan
+    df["ranks"] = rank_counts(df)
     if "status" in df:  # failed runs stay in the store (never chosen again), not in the fit
         df = df[df["status"].fillna("ok") != "failed"].copy()
         # nor do trials stopped while compiling (results.still_compiling): they measured no
@@ -288,9 +289,26 @@ def row_labels(df, keys: list[str]):
 
 
 def usable(df):
-    """The rows :mod:`.features` can describe completely."""
+    """The rows the estimators learn from: single processes that :mod:`.features` can
+    describe completely.  A run of several training ranks (a data-parallel job's, whose
+    ``ranks`` the runtime recorded) is left to the measured medians (:func:`measured_groups`,
+    by its ranks): each of its ranks shares the node with the others and waits for their
+    gradients each step, which no feature describes."""
+    if not len(df):
+        return df
     X = F.frame(df)
-    return df[~X[F.NUMERIC].isna().any(axis=1).to_numpy()] if len(df) else df
+    return df[(~X[F.NUMERIC].isna().any(axis=1)).to_numpy() & (rank_counts(df) == 1).to_numpy()]
+
+
+def rank_counts(df):
+    """Per row of a store frame, how many training ranks its run was one of (1: a single
+    process, as every run recorded before the store kept ``ranks``)."""
+    import pandas as pd
+
+    if "ranks" not in df:
+        return pd.Series(1, index=df.index)
+    return pd.to_numeric(df["ranks"], errors="coerce").fillna(1).round().clip(lower=1) \
+        .astype(int)
 
 
 def named(values):
@@ -928,7 +946,7 @@ def ratios_to_stock(y, rounds, places, stock):
 LOSS_NAMES = (("final_loss", "loss"), ("end_loss", "end_loss"), ("start_loss", "start_loss"))
 
 MEASURED_KEYS = ["fingerprint", "workload", "microarchitecture", "cores", "accelerator",
-                 "framework", "image", "batch_size"] + CONFIG_KEYS
+                 "framework", "image", "batch_size", "ranks"] + CONFIG_KEYS
 
 
 def measured_groups(df) -> list[dict[str, Any]]:
@@ -954,6 +972,7 @@ def measured_groups(df) -> list[dict[str, Any]]:
     d = d[d[list(INT_KEYS)].notna().all(axis=1)]
     for k in INT_KEYS:
         d[k] = d[k].astype(float).round().astype(int)
+    d["ranks"] = rank_counts(d)  # (a run of several ranks answers a plan of as many)
     d["_y"] = d["y"].astype(float) if "y" in d else np.log(d["s_per_step"].astype(float))
     d["_round"] = round_labels(d)
     d["_place"] = row_labels(d, keys[:-len(CONFIG_KEYS)])
@@ -1113,7 +1132,7 @@ def workload_table(df) -> list[dict[str, Any]]:
     d = df.copy()
     for col in ("workload_key", "fingerprint", "status", "not_applied", "failed_knob", "error",
                 "run_id", "recorded_at", "raw", "source", "steps", "steps_per_epoch",
-                *F.PLACE_KEYS,
+                "ranks", "launcher", *F.PLACE_KEYS,
                 *F.WORKLOAD_FIGURES):
         if col not in d:
             d[col] = None
@@ -1137,6 +1156,11 @@ def workload_table(df) -> list[dict[str, Any]]:
         jobs = ok[(ok["source"] == "deploy") & (pd.to_numeric(ok["steps"], errors="coerce") > 0)]
         entry["job_steps"] = int(jobs["steps"].iloc[-1]) if len(jobs) else None
         entry["job_run"] = _plain(jobs["run_id"].iloc[-1]) if len(jobs) else None
+        # the ranks its script starts itself (mp.spawn) where the job starts one process: as
+        # its latest run that no launcher started had them (None: it trains in one process)
+        alone = ok[~named(ok["launcher"])]
+        spawned = int(rank_counts(alone).iloc[-1]) if len(alone) else 1
+        entry["spawned_ranks"] = spawned if spawned > 1 else None
         epochs = pd.to_numeric(ran["steps_per_epoch"], errors="coerce").dropna()
         epochs = epochs[epochs > 0]
         entry["steps_per_epoch"] = int(epochs.iloc[-1]) if len(epochs) else None

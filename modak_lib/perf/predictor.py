@@ -49,7 +49,7 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
     """Store-shaped rows describing each candidate configuration of ``request``; the
     workload's columns come from its measured fingerprint (``workload``), when known, the
     target's from its figures, the image the one the run would be recorded in (the host's,
-    when the target runs no container)."""
+    when the target runs no container), its ranks those the job starts (:func:`ranks`)."""
     from ..catalogue import load_catalogue
     from ..planner import choose_runtime
 
@@ -57,6 +57,7 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
     on_host = choose_runtime(request) == Runtime.none
     app, target = request.application, request.target
     w = workload or {}
+    job_ranks = ranks(request, w)
     acc = target.accelerators
     figures = target_figures(target)
     rows = []
@@ -75,12 +76,24 @@ def candidate_rows(request: JobRequest, configs: Sequence[Configuration],
             "image_size": w.get("image_size"),
             "compiler": c.compiler or "off",
             "threads": c.threads, "allocator": c.allocator.value, "precision": c.precision.value,
-            "channels_last": 0, "onednn": 1, "microarchitecture": target.microarchitecture,
+            "channels_last": 0, "onednn": 1, "ranks": job_ranks,
+            "microarchitecture": target.microarchitecture,
             "cores": target.cores_per_node,
             "accelerator": (acc.model or acc.vendor) if acc else None,
             **figures,
         })
     return rows
+
+
+def ranks(request: JobRequest, workload: Optional[dict[str, Any]] = None) -> int:
+    """How many training ranks the request's job runs: those its launcher starts (its nodes
+    times its tasks on each), else those its script starts itself, as its runs measured them
+    (``spawned_ranks`` of the workload table: ``mp.spawn``); 1 for a single process."""
+    from ..planner import rank_layout
+
+    nodes, tasks = rank_layout(request)
+    return nodes * tasks if nodes * tasks > 1 else int((workload or {}).get("spawned_ranks")
+                                                       or 1)
 
 
 def compiling_bound(workload: dict[str, Any], row: dict[str, Any]
@@ -225,7 +238,9 @@ class FastPredictor:
                 w.get("workload"), w.get("framework"), w.get("batch_size"))
 
         def group(m: dict[str, Any]) -> tuple:
-            return tuple(str(m.get(k)) for k in MEASURED_KEYS)
+            # (a card's groups of before the ranks were kept are of single processes)
+            return tuple(str(int(m.get(k) or 1) if k == "ranks" else m.get(k))
+                         for k in MEASURED_KEYS)
 
         mine, theirs = since_rows(frame, since) if since else (frame, frame)
         workloads = workload_table(mine) if len(mine) else []
@@ -318,12 +333,20 @@ class FastPredictor:
         target = request.target
         rows = candidate_rows(request, configs, workload=w)
         device = rows[0].get("accelerator") if rows else None
-        # measured here: the same CPU, cores and accelerator (none on both sides for a CPU)
+        # measured here: the same CPU, cores and accelerator (none on both sides for a CPU),
+        # as many training ranks
+        n_ranks = rows[0]["ranks"] if rows else 1
         same = [m for m in self.measured if (m.get("fingerprint") or m.get("workload")) == fp
                 and m["microarchitecture"] == target.microarchitecture
                 and float(m["cores"]) == float(target.cores_per_node)
-                and (m.get("accelerator") or None) == (device or None)]
+                and (m.get("accelerator") or None) == (device or None)
+                and int(m.get("ranks") or 1) == n_ranks]
         lacking = F.missing(rows[0]) if rows else []
+        if not lacking and n_ranks > 1:
+            # (fitted on single processes: fit.usable)
+            lacking = [f"a model of {n_ranks} training ranks: it learns from single "
+                       "processes, and a rank shares its node and waits for the others' "
+                       "gradients"]
         known = (self.meta.get("light") or {}).get("accelerators")
         if not lacking and known is not None and device and device not in known:
             lacking = [f"a measurement on a {device} (its data are of "

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PositiveInt,
                       field_validator, model_validator)
 
-from .validate import (Email, EnvName, HostName, JobName, MailEvents, NodeFeature, PackageSpec,
-                       QuotedText, SafePath, SchedName, UserName, WallTime, check)
+from .validate import (DatasetPath, Email, EnvName, HostName, JobName, MailEvents, NodeFeature,
+                       PackageSpec, QuotedText, SafePath, SchedName, UserName, WallTime, check)
 
 COMPILER_MODE = re.compile(r"[a-z][a-z0-9-]{0,47}")
 
@@ -147,7 +147,10 @@ class Application(Strict):
     script: Optional[SafePath] = None
     arguments: tuple[QuotedText, ...] = ()
     model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    dataset: Optional[SafePath] = None
+    dataset: Optional[DatasetPath] = Field(
+        None, description="the data the script reads, a directory (or file) on the target's "
+        "nodes: an absolute path, bound read-only into the container at that same path "
+        "(MODAK_DATASET names it); the job stops if a node lacks it")
     app_type: Literal["ai_training", "hpc"] = "ai_training"
     mpi_ranks: Count(1_000_000) = 1
     threads: Optional[Count(4096)] = None
@@ -421,4 +424,8 @@ class Plan(Strict):
         "target it cannot speak for, or top candidates within its uncertainty)")
     app_files: tuple[str, ...] = Field(
         (), description="the user's files the run directory receives (with modak_runtime/)")
+    dataset: Optional[str] = Field(
+        None, description="the data the application reads on the target's nodes "
+        "(application.dataset), bound read-only into the container at that path; the "
+        "deploy checks the front-end has it before it stages anything")
     notes: tuple[str, ...] = ()

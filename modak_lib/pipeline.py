@@ -134,6 +134,11 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     target = request.target
     runtime = RUNTIMES[decision.runtime.value]
     scheduler = SCHEDULERS[target.scheduler]
+    dataset = request.application.dataset
+    if dataset and runtime.no_data_binds:
+        raise InputError([("application.dataset", f"{dataset} cannot be given to a "
+                           f"{runtime.name} container: {runtime.no_data_binds}")],
+                         request.source)
 
     # recipes: one description, every format
     cuda_arch = None
@@ -160,6 +165,8 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     app = request.application
     env = option_environment(cfg, variant, request, cat)
     env.update(MODAK_WORKLOAD=workload.label(app), MODAK_WORKLOAD_KEY=workload.key(app))
+    if dataset:
+        env["MODAK_DATASET"] = dataset
     env.update(request.environment)
 
     ranks = res.nodes * res.tasks_per_node
@@ -173,7 +180,8 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
         passed = RANK_VARIABLES[decision.launcher] + tuple(
             name for name in RENDEZVOUS_VARIABLES if name not in env)
     words: list[Word] = _launcher_words(decision.launcher, ranks, res.tasks_per_node)
-    words += runtime.launch(reference, env, res.gpus_per_node, passed)
+    words += runtime.launch(reference, env, res.gpus_per_node, passed,
+                            (dataset,) if dataset else ())
     words += _launcher_words(decision.inner_launcher, ranks, res.tasks_per_node)
     # the program (a checked path that never starts with "-"): every launcher and runtime
     # (srun, mpirun, podman run IMAGE, apptainer exec IMAGE, ch-run IMAGE --) stops reading
@@ -202,7 +210,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
             decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
             job_id_vars=scheduler.job_id_vars, submit_dir_vars=scheduler.submit_dir_vars,
-            stop=runtime.stop(), probe=probe, rendezvous=rendezvous)
+            stop=runtime.stop(), probe=probe, rendezvous=rendezvous, dataset=dataset)
 
     # the default run id is the script's own hash: the same script is the same run (never
     # submitted twice); anything that changes the script (another image, another choice)
@@ -232,6 +240,6 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                 stderr=res.stderr, walltime_s=res.walltime_s,
                 steps=decision.known_steps, epochs=request.application.epochs,
                 autotune=decision.autotune, search=decision.search,
-                app_files=tuple(app_files))
+                app_files=tuple(app_files), dataset=dataset)
     files["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
     return PlanResult(plan=plan, files=files, decision=decision)

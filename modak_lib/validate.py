@@ -46,6 +46,32 @@ def check_path(value: str, what: str = "path") -> str:
     return value
 
 
+# where a dataset bound into the container cannot be: the container's own system (a bind
+# there would shadow it), the job's work directory inside it (runtimes.base.WORKDIR), and
+# credentials (a blueprint from someone else must not hand the login's keys to its script)
+SYSTEM_DIRS = ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root",
+               "run", "sbin", "sys", "usr", "work")
+SECRET_DIRS = (".ssh", ".gnupg")
+
+
+def check_dataset(value: str) -> str:
+    """A dataset's directory (or file) on the target's nodes: an absolute path, bound into
+    the container at that same path, so that a script's own arguments naming it work."""
+    value = check_path(value, "dataset path")
+    parts = [p for p in value.split("/") if p not in ("", ".")]
+    if not value.startswith("/"):
+        raise ValueError(f"dataset path {value!r} must be absolute (a path on the target's "
+                         "nodes; the run directory's own files are in application.files)")
+    if not parts or parts[0] in SYSTEM_DIRS:
+        raise ValueError(f"dataset path {value!r} is the container's own system or work "
+                         "directory: the data must lie elsewhere (not /" +
+                         ", /".join(SYSTEM_DIRS) + ")")
+    if set(parts) & set(SECRET_DIRS):
+        raise ValueError(f"dataset path {value!r} holds credentials "
+                         f"({', '.join(SECRET_DIRS)}), not data")
+    return "/" + "/".join(parts)
+
+
 def _pattern(pattern: re.Pattern[str], what: str):
     return AfterValidator(lambda v: check(pattern, what, v))
 
@@ -53,6 +79,7 @@ def _pattern(pattern: re.Pattern[str], what: str):
 JobName = Annotated[str, _pattern(JOB_NAME, "job name")]
 SchedName = Annotated[str, _pattern(SCHED_NAME, "name")]
 SafePath = Annotated[str, AfterValidator(check_path)]
+DatasetPath = Annotated[str, AfterValidator(check_dataset)]
 # Names a shell, the dynamic loader or Python act on at start-up: a value of one of them runs
 # as a command (BASH_ENV, ENV, PROMPT_COMMAND, BASH_FUNC_*), loads code into every process
 # (LD_PRELOAD, LD_AUDIT, ...) or changes how every later line is parsed (IFS, SHELLOPTS).

@@ -459,6 +459,58 @@ def ddp_request(tmp_path, nodes, per_node):
     return proj / "request.json"
 
 
+def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
+    """The data a user's script reads lies on the cluster's file system, named by the
+    script's own argument: the job's container (Podman) has it at that path, read-only.  A
+    dataset that the front-end has not stops the deploy before anything is staged."""
+    torch = pytest.importorskip("torch")
+    shared = pathlib.Path("/var/tmp") / f"modak-test-data-{uuid.uuid4().hex[:8]}"
+    data = shared / "sensors"
+    data.mkdir(parents=True)
+    try:
+        gen = torch.Generator().manual_seed(0)
+        torch.save(torch.randn(64, 8, generator=gen), data / "x.pt")
+        torch.save(torch.randint(0, 3, (64,), generator=gen), data / "y.pt")
+        for path in (shared, data):  # (the front-end's user reads it; root owns it)
+            path.chmod(0o755)
+        proj = deploy.tmp / "someone" / "data-project"
+        proj.mkdir(parents=True)
+        (proj / "train.py").write_text((ROOT / "tests/user_scripts/shared_data.py").read_text())
+        job = json.loads(json.dumps(USER_REQUEST))["job"]
+        del job["target"]  # (the front-end's infrastructure file is the target)
+        job["application"]["arguments"] = f"--data {data} --steps 8"
+        ai = job["optimisation"]["app_type-ai_training"]
+        ai["ai_framework-pytorch"]["compile"] = False
+        ai["data"] = {"location": str(data)}
+        (proj / "request.json").write_text(json.dumps({"job": job}))
+        infra = str(ROOT / "examples/infra/local-frontend.yaml")
+        proc = deploy(request=proj / "request.json", modak_infra=infra)
+        _ok(proc)
+        (row,) = deploy.store.rows()
+        assert row["status"] == "ok" and row["steps"] == 8
+        out = "".join(p.read_text() for p in (deploy.tmp / "results").glob("*/*.out"))
+        assert "the data: not writable (Read-only file system)" in out
+        assert "trained 8 steps on 64 samples" in out
+        assert not (data / "written-by-the-job").exists()
+
+        ai["data"] = {"location": str(shared / "elsewhere")}
+        (proj / "request.json").write_text(json.dumps({"job": job}))
+        proc = deploy(request=proj / "request.json", modak_infra=infra)
+        assert proc.returncode != 0, proc.stdout
+        assert (f"request.json: application.dataset: {shared}/elsewhere is not on the "
+                "front-end frontend (the job reads it at that path") in proc.stdout
+        assert "Submit the job" not in proc.stdout and len(deploy.store.rows()) == 1
+        (shared / "private").mkdir(mode=0o700)  # (root's: the front-end's login cannot read it)
+        ai["data"] = {"location": str(shared / "private")}
+        (proj / "request.json").write_text(json.dumps({"job": job}))
+        proc = deploy(request=proj / "request.json", modak_infra=infra)
+        assert proc.returncode != 0
+        assert (f"application.dataset: {shared}/private is on the front-end frontend, but its "
+                "login cannot read it") in proc.stdout
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
 def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
     """A script written for torchrun, through the real job path on Slurm and Podman: on one
     node the job script starts its ranks with torchrun; on several, srun starts each rank in

@@ -44,11 +44,20 @@ CASES["pbs-apptainer-gpu-xla"] = dict(
 # Apptainer: no --cleanenv), and a job whose launcher is mpirun says where the ranks meet
 MULTI_NODE = {"job_name": "ddp", "wall_time_limit": 3600, "node_count": 2,
               "process_count_per_node": 2, "core_count": 4}
-JOB_SCRIPT_ONLY = {"slurm-podman-two-nodes", "pbs-apptainer-two-nodes"}  # (recipes as above)
+JOB_SCRIPT_ONLY = {"slurm-podman-two-nodes", "pbs-apptainer-two-nodes",  # (recipes as above)
+                   "slurm-podman-dataset", "pbs-apptainer-dataset"}
 CASES["slurm-podman-two-nodes"] = dict(scheduler="slurm", runtime="podman", job=MULTI_NODE,
                                        application={"script": "ddp.py"})
 CASES["pbs-apptainer-two-nodes"] = dict(scheduler="pbs", runtime="apptainer", job=MULTI_NODE,
                                         application={"script": "ddp.py"})
+# the data the script reads, on the cluster's file system: checked on the node, bound
+# read-only at its own path
+DATASET_APP = {"script": "train.py", "dataset": "/scratch/proj42/imagenet",
+               "arguments": ["--data-dir", "/scratch/proj42/imagenet/train"]}
+CASES["slurm-podman-dataset"] = dict(scheduler="slurm", runtime="podman",
+                                     application=DATASET_APP)
+CASES["pbs-apptainer-dataset"] = dict(scheduler="pbs", runtime="apptainer",
+                                      application=DATASET_APP)
 CASES["slurm-podman-source-zen4"] = dict(
     scheduler="slurm", runtime="podman",
     target={"microarchitecture": "zen4", "max_build_hours": 8}, application=RICH_APP)

@@ -89,7 +89,7 @@ PATTERN_FIELDS = [
     ("job", "job_name"), ("job", "partition"), ("job", "queue"), ("job", "account"),
     ("job", "standard_output_file"), ("job", "email_address"), ("job", "request_specific_nodes"),
     ("application", "script"), ("application", "executable"), ("application", "model"),
-    ("target", "image_dir"),
+    ("application", "dataset"), ("target", "image_dir"),
 ]
 
 
@@ -182,6 +182,63 @@ def test_a_value_with_commas_reaches_apptainer_whole(tmp_path):
     (call,) = calls
     assert not any("SECOND" in a for a in call["argv"])
     assert "export APPTAINERENV_HOSTILE_VALUE=a,SECOND=injected,b\n" in text
+
+
+@pytest.mark.parametrize("path, why", [
+    ("/", "system or work directory"), ("/etc/shadow", "system or work directory"),
+    ("/usr/share/data", "system or work directory"), ("/proc/self/root", "system or work"),
+    ("/work/train", "system or work directory"), ("//etc", "system or work directory"),
+    ("data/train", "must be absolute"), ("./data", "must be absolute"),
+    ("/home/someone/.ssh", "credentials"), ("/scratch/u/.gnupg/keys", "credentials"),
+    ("/scratch/a:/etc", "must match"), ("/scratch/x,ro", "must match"),
+])
+def test_a_dataset_is_data_outside_the_containers_own_directories(path, why):
+    """A dataset is bound into the container at its own path: never over the container's
+    system or its work directory, never credentials, never a path with a bind's separators."""
+    with pytest.raises(ValueError) as exc:
+        request(application={"dataset": path})
+    assert "application.dataset" in str(exc.value) and why in str(exc.value)
+    doc = {"job": {"application": {"executable": "python3 train.py"},
+                   "target": {"job_scheduler_type": "none"},
+                   "optimisation": {"app_type": "ai_training", "app_type-ai_training": {
+                       "config": {"ai_framework": "pytorch"}, "data": {"location": path},
+                       "ai_framework-pytorch": {"version": "2.13"}}}}}
+    with pytest.raises(InputError) as exc:
+        read_dsl(doc, "r.json")
+    assert "job.optimisation.app_type-ai_training.data.location" in str(exc.value)
+
+
+def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tmp_path):
+    """The script's own arguments name the data where the cluster has it: the container gets
+    it at that path, read-only, and MODAK_DATASET names it; a node without it stops the job
+    before anything starts.  Charliecloud (ch-run 0.31) can do neither: the plan refuses."""
+    data = tmp_path / "scratch" / "imagenet"
+    data.mkdir(parents=True)
+    binds = {"podman": "--volume", "apptainer": "--bind"}
+    for runtime, flag in binds.items():
+        req = request(scheduler="slurm", runtime=runtime,
+                      application={"dataset": str(data), "arguments": ["--data", f"{data}/t"]})
+        (tmp_path / runtime).mkdir()
+        calls, _ = run_script(plan_of(req).files["job.sh"], tmp_path / runtime)
+        (call,) = [c for c in calls if c["prog"] == runtime]
+        argv = call["argv"]
+        assert argv[argv.index(f"{data}:{data}:ro") - 1] == flag
+        assert argv[-2:] == ["--data", f"{data}/t"]
+        assert f"MODAK_DATASET={data}" in argv
+    # the node lacks it: the job says so and launches nothing
+    gone = tmp_path / "scratch" / "gone"
+    req = request(scheduler="slurm", runtime="podman", application={"dataset": str(gone)})
+    work = tmp_path / "node"
+    work.mkdir()
+    (work / "job.sh").write_text(plan_of(req).files["job.sh"])
+    proc = subprocess.run(["bash", "job.sh"], cwd=work, env={"PATH": "/nonexistent:/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 66
+    assert proc.stderr.startswith(f"modak: the dataset {gone} (application.dataset) is not on ")
+    with pytest.raises(InputError) as exc:
+        plan_of(request(scheduler="slurm", runtime="charliecloud",
+                        application={"dataset": str(data)}))
+    assert "application.dataset" in str(exc.value) and "ch-run cannot bind" in str(exc.value)
 
 
 def test_jemalloc_comes_with_its_measured_tuning():

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from ..errors import InputError
 from ..models import (Allocator, Build, Compiler, Framework, JobRequest, SchedulerName, Target,
                       one_length)
-from ..validate import EnvName, MailEvents, WallTime
+from ..validate import DatasetPath, EnvName, MailEvents, WallTime
 from .common import validate
 
 
@@ -125,7 +125,7 @@ class DslEtl(_M):
 
 
 class DslAiData(_M):
-    location: Optional[str] = None
+    location: Optional[DatasetPath] = None  # (application.dataset)
     basedata: Optional[Literal["imagenet", "cifar", "mnist", "custom"]] = None
     size: Optional[Literal["small", "medium", "large"]] = None
     count: Optional[PositiveInt] = None
@@ -250,10 +250,11 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             user_image = name.split("://", 1)[-1]
 
     fw, fw_version, keras_backend, compilers, modes = Framework.none, None, None, [], []
-    model = batch = steps = epochs = None
+    model = batch = steps = epochs = dataset = None
     reduced = False
     if opt is not None and opt.ai_training is not None:
         ai = opt.ai_training
+        dataset = ai.data.location
         fw = Framework(ai.config.ai_framework)
         section = getattr(ai, ai.config.ai_framework)
         fw_version = section.version
@@ -326,6 +327,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             "mpi_ranks": app.mpi_ranks, "threads": app.threads,
             "build": Build(**app.build.model_dump()) if app.build else None,
             "user_image": user_image, "files": app.files,
+            "dataset": dataset,
         },
         "optimisation": {
             "enable_opt_build": opt.enable_opt_build if opt else False,
@@ -352,6 +354,7 @@ _DSL_PATHS = {
     "application.script": "job.application.executable",
     "application.arguments": "job.application.arguments",
     "application.user_image": "job.application.container_runtime",
+    "application.dataset": "job.optimisation.app_type-ai_training.data.location",
     "application.framework_version": "job.optimisation.app_type-ai_training.ai_framework-*.version",
     "application": "job.application",
     "optimisation": "job.optimisation",

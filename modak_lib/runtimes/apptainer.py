@@ -30,7 +30,7 @@ class Apptainer(RuntimeSpec):
         return file if image_dir == "." else f"{image_dir}/{file}"
 
     def launch(self, image: str, env: dict[str, str], gpus: int,
-               passed: tuple[str, ...] = ()) -> list[Word]:
+               passed: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> list[Word]:
         words: list[Word] = ["apptainer", "exec"]
         if gpus:
             words.append("--nv")
@@ -40,6 +40,8 @@ class Apptainer(RuntimeSpec):
         if not passed:
             words.append("--cleanenv")
         words += ["--bind", Raw(f'{BIND}:{WORKDIR}'), "--pwd", WORKDIR]
+        for path in data:  # (its underlay makes the mount point)
+            words += ["--bind", f"{path}:{path}:ro"]
         for key, value in env.items():
             if "," not in value:  # --env splits its value on commas: see exports()
                 words += ["--env", f"{key}={value}"]

@@ -13,6 +13,8 @@ BIND = Raw('"$PWD"')  # the job's work directory on the host, expanded at run ti
 class RuntimeSpec(ABC):
     name: str
     recipe_format: Optional[str]  # key of RECIPE_FORMATS, None for no container
+    # why this runtime cannot bind a dataset at its own path into any image (None: it can)
+    no_data_binds: Optional[str] = None
 
     def base_reference(self, base: str) -> str:
         """How this runtime's recipe names a catalogue base image."""
@@ -24,10 +26,12 @@ class RuntimeSpec(ABC):
 
     @abstractmethod
     def launch(self, image: str, env: dict[str, str], gpus: int,
-               passed: tuple[str, ...] = ()) -> list[Word]:
+               passed: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> list[Word]:
         """Words that run a command inside ``image``, with ``env`` set inside it and the
         variables ``passed`` (a name, or a prefix ending in ``*``) as they are where it is
-        started: those that a launcher (srun, mpirun) sets for each rank it starts."""
+        started: those that a launcher (srun, mpirun) sets for each rank it starts; and the
+        host's paths ``data`` (checked absolute paths: ``validate.check_dataset``) bound
+        read-only at the same paths inside it."""
 
     def builder(self, wheelhouse: bool = False) -> Optional[dict[str, Any]]:
         """What the front-end runs to build, find and remove this runtime's images, as data

@@ -18,8 +18,17 @@ class Charliecloud(RuntimeSpec):
     def image_reference(self, name: str, tag: str, image_dir: str) -> str:
         return f"{name}:{tag}"
 
+    # ch-run (0.31) binds onto a directory the image has: it cannot create one in the image
+    # it mounts read-only ("can't mkdir: ... Read-only file system"), nor make a bind
+    # read-only; MODAK's images are built once per recipe, for any job's data
+    no_data_binds = ("ch-run cannot bind a host directory where the image has none (it "
+                     "mounts the image read-only), nor read-only: use podman or apptainer, "
+                     "or give the data to the run directory (application.files)")
+
     def launch(self, image: str, env: dict[str, str], gpus: int,
-               passed: tuple[str, ...] = ()) -> list[Word]:
+               passed: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> list[Word]:
+        if data:
+            raise ValueError(self.no_data_binds)
         # bare --set-env applies the image's own ENV (its PATH); --env-no-expand keeps ch-run
         # from expanding $ in MODAK's values (the shell quoting already made them literal);
         # ch-run keeps the environment it is started in, ``passed`` included

@@ -13,8 +13,8 @@ class NoRuntime(RuntimeSpec):
         return ""
 
     def launch(self, image: str, env: dict[str, str], gpus: int,
-               passed: tuple[str, ...] = ()) -> list[Word]:
-        return []  # (the program runs in the launcher's environment)
+               passed: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> list[Word]:
+        return []  # (the program runs in the launcher's environment, ``data`` where it is)
 
     def exports(self, env: dict[str, str]) -> dict[str, str]:
         return dict(env)

@@ -35,10 +35,12 @@ class Podman(RuntimeSpec):
         return f"localhost/{name}:{tag}"
 
     def launch(self, image: str, env: dict[str, str], gpus: int,
-               passed: tuple[str, ...] = ()) -> list[Word]:
+               passed: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> list[Word]:
         words: list[Word] = ["podman", "run", "--rm", "--pull=never", "--network=host",
                              Raw(f'--label={LABEL}="$MODAK_JOB_TAG"'),
                              "--volume", Raw(f"{BIND}:{WORKDIR}"), "--workdir", WORKDIR]
+        for path in data:  # (podman creates the mount point)
+            words += ["--volume", f"{path}:{path}:ro"]
         if gpus:
             words += ["--device", "nvidia.com/gpu=all"]
         for key, value in env.items():

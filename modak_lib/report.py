@@ -74,6 +74,9 @@ def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
         ("  chosen     ", f"compiler={c.compiler or 'off'} threads={c.threads} "
          f"allocator={c.allocator.value} precision={c.precision.value}"),
     ]
+    if plan.dataset:
+        head.append(("  data       ", f"{plan.dataset}"
+                     + (" (read-only, at that path)" if plan.runtime.value != "none" else "")))
     lines: list[str] = []
     for label, text in head:
         lines += _wrap(label + text, " " * len(label), width)

@@ -15,6 +15,7 @@ from conftest import plan_of, request
 
 from modak_lib.errors import InputError
 from modak_lib.readers.dsl import read_dsl
+from modak_lib.report import plan_table
 
 HOSTILE = [
     "x\ntouch pwned",
@@ -219,7 +220,9 @@ def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tm
         req = request(scheduler="slurm", runtime=runtime,
                       application={"dataset": str(data), "arguments": ["--data", f"{data}/t"]})
         (tmp_path / runtime).mkdir()
-        calls, _ = run_script(plan_of(req).files["job.sh"], tmp_path / runtime)
+        result = plan_of(req)
+        assert f"  data       {data} (read-only, at that path)" in plan_table(result.plan)
+        calls, _ = run_script(result.files["job.sh"], tmp_path / runtime)
         (call,) = [c for c in calls if c["prog"] == runtime]
         argv = call["argv"]
         assert argv[argv.index(f"{data}:{data}:ro") - 1] == flag

@@ -221,7 +221,8 @@ def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tm
                       application={"dataset": str(data), "arguments": ["--data", f"{data}/t"]})
         (tmp_path / runtime).mkdir()
         result = plan_of(req)
-        assert f"  data       {data} (read-only, at that path)" in plan_table(result.plan)
+        assert f" data {data} (read-only, at that path) " in " ".join(
+            plan_table(result.plan).split())
         calls, _ = run_script(result.files["job.sh"], tmp_path / runtime)
         (call,) = [c for c in calls if c["prog"] == runtime]
         argv = call["argv"]

@@ -247,15 +247,16 @@ EFFECT_FIGURES = ("ranks", "launcher")
 
 
 def effect_figure(raw: Any, name: str) -> Any:
-    """One of :data:`EFFECT_FIGURES` from a record as stored (its JSON text), or None; the
-    text is parsed only where it names the figure (most runs are single processes)."""
+    """One of :data:`EFFECT_FIGURES` from a record as stored (its JSON text), or None, read
+    at its column's path as :func:`flatten` reads it; the text is parsed only where it names
+    the figure (most runs are single processes)."""
     if not isinstance(raw, str) or f'"{name}"' not in raw:
         return None
     try:
-        effect = json.loads(raw).get("effect")
-    except (ValueError, AttributeError):
+        rec = json.loads(raw)
+    except ValueError:
         return None
-    return effect.get(name) if isinstance(effect, dict) else None
+    return _get(rec, STORE_COLUMNS[name][1]) if isinstance(rec, dict) else None
 
 
 # the loss figures a record's metrics carry that :func:`loss_figures` can derive from its

@@ -149,8 +149,9 @@ class Application(Strict):
     model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     dataset: Optional[DatasetPath] = Field(
         None, description="the data the script reads, a directory (or file) on the target's "
-        "nodes: an absolute path, bound read-only into the container at that same path "
-        "(MODAK_DATASET names it); the job stops if a node lacks it")
+        "nodes: an absolute path, bound into the container at that same path, read-only "
+        "(Podman, Apptainer) or as the login may write (Charliecloud: a directory, which its "
+        "image has); MODAK_DATASET names it; the job stops if a node lacks it")
     app_type: Literal["ai_training", "hpc"] = "ai_training"
     mpi_ranks: Count(1_000_000) = 1
     threads: Optional[Count(4096)] = None
@@ -426,6 +427,6 @@ class Plan(Strict):
         (), description="the user's files the run directory receives (with modak_runtime/)")
     dataset: Optional[str] = Field(
         None, description="the data the application reads on the target's nodes "
-        "(application.dataset), bound read-only into the container at that path; the "
+        "(application.dataset), bound into the container at that path; the "
         "deploy checks the front-end has it before it stages anything")
     notes: tuple[str, ...] = ()

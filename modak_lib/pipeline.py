@@ -135,10 +135,6 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     runtime = RUNTIMES[decision.runtime.value]
     scheduler = SCHEDULERS[target.scheduler]
     dataset = request.application.dataset
-    if dataset and runtime.no_data_binds:
-        raise InputError([("application.dataset", f"{dataset} cannot be given to a "
-                           f"{runtime.name} container: {runtime.no_data_binds}")],
-                         request.source)
 
     # recipes: one description, every format
     cuda_arch = None
@@ -151,7 +147,8 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
         fmt_runtime = RUNTIMES[FORMAT_RUNTIME[fmt]]
         spec = recipe_spec(variant, target.microarchitecture,
                            fmt_runtime.base_reference(variant.base), ca_certs=ca_certs,
-                           cuda_arch=cuda_arch, extra_pip=request.application.pip_packages)
+                           cuda_arch=cuda_arch, extra_pip=request.application.pip_packages,
+                           mount_points=fmt_runtime.mount_points((dataset,) if dataset else ()))
         text = render_recipe(fmt, spec)
         files[filename] = text
         recipe_files[fmt] = filename

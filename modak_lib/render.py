@@ -66,6 +66,9 @@ class RecipeSpec:
     wheelhouse_dir: str = "wheels"
     ca_certs: bool = False
     workdir: str = "/work"
+    # empty directories the image has for the runtime to bind host paths onto (a dataset's,
+    # where the runtime cannot make its mount point: runtimes.base.RuntimeSpec.mount_points)
+    mount_points: tuple[str, ...] = ()
 
 
 def _apt_line(packages: tuple[str, ...], ca_certs: bool) -> Optional[str]:
@@ -80,8 +83,10 @@ def _apt_line(packages: tuple[str, ...], ca_certs: bool) -> Optional[str]:
 
 
 def recipe_spec(variant: Variant, microarch: str, base: str, *, ca_certs: bool = False,
-                cuda_arch: Optional[str] = None, extra_pip: tuple[str, ...] = ()) -> RecipeSpec:
-    """Describe the image for ``variant`` built for a target of ``microarch``."""
+                cuda_arch: Optional[str] = None, extra_pip: tuple[str, ...] = (),
+                mount_points: tuple[str, ...] = ()) -> RecipeSpec:
+    """Describe the image for ``variant`` built for a target of ``microarch``;
+    ``mount_points``: checked absolute paths (``validate.check_dataset``) made in it."""
     for pkg in variant.pip + extra_pip:
         if PACKAGE.fullmatch(pkg) is None:
             raise ValueError(f"invalid package specifier {pkg!r}")
@@ -118,7 +123,8 @@ def recipe_spec(variant: Variant, microarch: str, base: str, *, ca_certs: bool =
         install.append("rm -rf /opt/modak-wheels")
     return RecipeSpec(variant=variant.id, base=base, bootstrap=variant.bootstrap, labels=labels,
                       run_lines=tuple(run_lines), install_lines=tuple(install), env=env,
-                      wheelhouse=variant.wheelhouse, ca_certs=ca_certs)
+                      wheelhouse=variant.wheelhouse, ca_certs=ca_certs,
+                      mount_points=tuple(mount_points))
 
 
 def render_recipe(fmt: str, spec: RecipeSpec) -> str:

@@ -6,6 +6,8 @@ import textwrap
 from typing import Optional
 
 from .models import Plan
+from .runtimes import RUNTIMES
+from .runtimes.base import RuntimeSpec
 
 
 def table_lines(rows: list[list[str]], header: list[str]) -> list[str]:
@@ -55,6 +57,16 @@ def grouped_notes(notes) -> list[str]:
     return out
 
 
+def _data_bind(runtime: RuntimeSpec) -> str:
+    """How the job's container has its dataset (nothing to say without a container)."""
+    if runtime.recipe_format is None:
+        return ""
+    if runtime.read_only_binds:
+        return " (read-only, at that path)"
+    return (f" (at that path; {runtime.name} binds it writable where the login may write, "
+            "and its image has the path)")
+
+
 def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
                width: int = WIDTH) -> str:
     """The plan for people: the target and image, then the candidates, each followed by
@@ -76,7 +88,7 @@ def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
     ]
     if plan.dataset:
         head.append(("  data       ", f"{plan.dataset}"
-                     + (" (read-only, at that path)" if plan.runtime.value != "none" else "")))
+                     + _data_bind(RUNTIMES[plan.runtime.value])))
     lines: list[str] = []
     for label, text in head:
         lines += _wrap(label + text, " " * len(label), width)

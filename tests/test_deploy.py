@@ -461,7 +461,8 @@ def ddp_request(tmp_path, nodes, per_node):
 
 def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
     """The data a user's script reads lies on the cluster's file system, named by the
-    script's own argument: the job's container (Podman) has it at that path, read-only.  A
+    script's own argument: the job's container (Podman) has it at that path, read-only, and
+    so does a Charliecloud one (its image has the directory; writable as the login may).  A
     dataset that the front-end has not stops the deploy before anything is staged."""
     torch = pytest.importorskip("torch")
     shared = pathlib.Path("/var/tmp") / f"modak-test-data-{uuid.uuid4().hex[:8]}"
@@ -507,8 +508,38 @@ def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
         assert proc.returncode != 0
         assert (f"application.dataset: {shared}/private is on the front-end frontend, but its "
                 "login cannot read it") in proc.stdout
+
+        # Charliecloud: its image has the dataset's directory to bind onto; the data is
+        # writable only as the login's own permissions allow (root's here: not)
+        charliecloud = {"MODAK_RUNTIME": "charliecloud"}  # (the inventory's target)
+        ai["data"] = {"location": str(data)}
+        (proj / "request.json").write_text(json.dumps({"job": job}))
+        proc = deploy(request=proj / "request.json", modak_infra=infra, env=charliecloud)
+        _ok(proc)
+        rows = deploy.store.rows()
+        assert len(rows) == 2 and rows[-1]["status"] == "ok" and rows[-1]["steps"] == 8
+        plan = json.loads(max((deploy.tmp / "plans").glob("*/plan.json"),
+                              key=lambda p: p.stat().st_mtime).read_text())
+        assert plan["runtime"] == "charliecloud" and plan["dataset"] == str(data)
+        out = "".join(p.read_text() for p in (deploy.tmp / "results").glob("*/*.out"))
+        assert "the data: not writable (Permission denied)" in out
+        assert out.count("trained 8 steps on 64 samples") == 2
+        assert not (data / "written-by-the-job").exists()
+        ai["data"] = {"location": str(data / "x.pt")}  # (a file: ch-run binds directories)
+        (proj / "request.json").write_text(json.dumps({"job": job}))
+        proc = deploy(request=proj / "request.json", modak_infra=infra, env=charliecloud)
+        assert proc.returncode != 0
+        assert (f"application.dataset: {data}/x.pt is a file on the front-end frontend: a "
+                "charliecloud container has its dataset as a directory") in " ".join(
+                    proc.stdout.split())
+        assert len(deploy.store.rows()) == 2
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+        # (the image made for this test's own dataset path: no later run has it)
+        for plan_file in (deploy.tmp / "plans").glob("*/plan.json"):
+            plan = json.loads(plan_file.read_text())
+            if plan["runtime"] == "charliecloud" and plan["dataset"]:
+                _as_frontend_user(f"ch-image delete {plan['image']['reference']}")
 
 
 def test_a_data_parallel_script_on_one_node_and_on_several(deploy):

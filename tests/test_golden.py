@@ -51,13 +51,16 @@ CASES["slurm-podman-two-nodes"] = dict(scheduler="slurm", runtime="podman", job=
 CASES["pbs-apptainer-two-nodes"] = dict(scheduler="pbs", runtime="apptainer", job=MULTI_NODE,
                                         application={"script": "ddp.py"})
 # the data the script reads, on the cluster's file system: checked on the node, bound
-# read-only at its own path
+# at its own path (read-only where the runtime can)
 DATASET_APP = {"script": "train.py", "dataset": "/scratch/proj42/imagenet",
                "arguments": ["--data-dir", "/scratch/proj42/imagenet/train"]}
 CASES["slurm-podman-dataset"] = dict(scheduler="slurm", runtime="podman",
                                      application=DATASET_APP)
 CASES["pbs-apptainer-dataset"] = dict(scheduler="pbs", runtime="apptainer",
                                       application=DATASET_APP)
+# Charliecloud's image has the dataset's directory to bind onto (its recipe makes it)
+CASES["slurm-charliecloud-dataset"] = dict(scheduler="slurm", runtime="charliecloud",
+                                           application=DATASET_APP)
 CASES["slurm-podman-source-zen4"] = dict(
     scheduler="slurm", runtime="podman",
     target={"microarchitecture": "zen4", "max_build_hours": 8}, application=RICH_APP)

@@ -212,7 +212,7 @@ def test_a_dataset_is_data_outside_the_containers_own_directories(path, why):
 def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tmp_path):
     """The script's own arguments name the data where the cluster has it: the container gets
     it at that path, read-only, and MODAK_DATASET names it; a node without it stops the job
-    before anything starts.  Charliecloud (ch-run 0.31) can do neither: the plan refuses."""
+    before anything starts."""
     data = tmp_path / "scratch" / "imagenet"
     data.mkdir(parents=True)
     binds = {"podman": "--volume", "apptainer": "--bind"}
@@ -239,10 +239,44 @@ def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tm
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 66
     assert proc.stderr.startswith(f"modak: the dataset {gone} (application.dataset) is not on ")
-    with pytest.raises(InputError) as exc:
-        plan_of(request(scheduler="slurm", runtime="charliecloud",
-                        application={"dataset": str(data)}))
-    assert "application.dataset" in str(exc.value) and "ch-run cannot bind" in str(exc.value)
+
+
+def test_a_charliecloud_image_has_its_datasets_mount_point(tmp_path):
+    """ch-run binds onto a directory its read-only image has: the Charliecloud recipe makes
+    the dataset's path, last (its earlier layers are the same image's), and ch-run binds the
+    data there; the other runtimes' recipes, which need none, stay the same image.  Under
+    /tmp (which ch-run binds from the node) the image needs none."""
+    def plan_with(dataset):
+        app = {"dataset": dataset} if dataset else {}
+        return plan_of(request(scheduler="slurm", runtime="charliecloud", application=app))
+
+    bare = plan_with(None)
+    for data, mount in (("/scratch/proj/my data+1", None), ("/scratch/proj/imagenet", True),
+                        (str(tmp_path / "d"), False)):
+        if mount is None:  # (a space is refused, as in every path)
+            with pytest.raises(ValueError, match="invalid dataset path"):
+                plan_with(data)
+            continue
+        result = plan_with(data)
+        recipe = result.files["Dockerfile.charliecloud"].splitlines()
+        assert recipe[:-1] == bare.files["Dockerfile.charliecloud"].splitlines()[:len(recipe) - 1]
+        assert (recipe[-1] == f"RUN mkdir -p {data}") is mount
+        assert (result.plan.image.tag != bare.plan.image.tag) is mount
+        for other in ("Containerfile", "apptainer.def"):
+            assert result.files[other] == bare.files[other]
+        assert (f" data {data} (at that path; charliecloud binds it writable where the login "
+                "may write, and its image has the path) ") in " ".join(
+                    plan_table(result.plan).split())
+        (line,) = [x for x in result.files["job.sh"].splitlines()
+                   if x.startswith("srun ch-run ")]
+        words = line.split()
+        assert words[words.index(f"{data}:{data}") - 1] == "--bind"
+        assert words.index(f"{data}:{data}") < words.index(result.plan.image.reference)
+    # on a node that has it, ch-run gets it
+    Path(data).mkdir()
+    calls, _ = run_script(result.files["job.sh"], tmp_path)
+    (call,) = [c for c in calls if c["prog"] == "ch-run"]
+    assert f"{data}:{data}" in call["argv"] and f"--set-env=MODAK_DATASET={data}" in call["argv"]
 
 
 def test_jemalloc_comes_with_its_measured_tuning():

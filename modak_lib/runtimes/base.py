@@ -13,8 +13,9 @@ BIND = Raw('"$PWD"')  # the job's work directory on the host, expanded at run ti
 class RuntimeSpec(ABC):
     name: str
     recipe_format: Optional[str]  # key of RECIPE_FORMATS, None for no container
-    # why this runtime cannot bind a dataset at its own path into any image (None: it can)
-    no_data_binds: Optional[str] = None
+    # whether it binds the host paths that ``launch`` is given read-only (what else: the
+    # job's login's own permissions on them, as for the job script itself)
+    read_only_binds: bool = True
 
     def base_reference(self, base: str) -> str:
         """How this runtime's recipe names a catalogue base image."""
@@ -30,8 +31,15 @@ class RuntimeSpec(ABC):
         """Words that run a command inside ``image``, with ``env`` set inside it and the
         variables ``passed`` (a name, or a prefix ending in ``*``) as they are where it is
         started: those that a launcher (srun, mpirun) sets for each rank it starts; and the
-        host's paths ``data`` (checked absolute paths: ``validate.check_dataset``) bound
-        read-only at the same paths inside it."""
+        host's paths ``data`` (checked absolute paths: ``validate.check_dataset``) bound at
+        the same paths inside it (read-only where ``read_only_binds``; onto the image's own
+        directories where ``mount_points`` names them)."""
+
+    def mount_points(self, data: tuple[str, ...]) -> tuple[str, ...]:
+        """Of the host paths ``data`` that ``launch`` binds, those the image itself must have
+        as directories (made by its recipe), where this runtime cannot make a mount point in
+        the image when it starts the container."""
+        return ()
 
     def builder(self, wheelhouse: bool = False) -> Optional[dict[str, Any]]:
         """What the front-end runs to build, find and remove this runtime's images, as data

@@ -18,22 +18,26 @@ class Charliecloud(RuntimeSpec):
     def image_reference(self, name: str, tag: str, image_dir: str) -> str:
         return f"{name}:{tag}"
 
-    # ch-run (0.31) binds onto a directory the image has: it cannot create one in the image
-    # it mounts read-only ("can't mkdir: ... Read-only file system"), nor make a bind
-    # read-only; MODAK's images are built once per recipe, for any job's data
-    no_data_binds = ("ch-run cannot bind a host directory where the image has none (it "
-                     "mounts the image read-only), nor read-only: use podman or apptainer, "
-                     "or give the data to the run directory (application.files)")
+    # ch-run (0.31) binds onto a directory the image has: it cannot make one in the image,
+    # which it mounts read-only ("can't mkdir: ... Read-only file system"); the recipe makes
+    # the dataset's (so an image per dataset path, from the same build cache).  Nor can it
+    # make a bind read-only: the job's login's own permissions apply to the data.  ch-run
+    # binds the node's /tmp itself: a path under it needs no mount point (a RUN of
+    # ch-image build would make it in the front-end's /tmp, not in the image)
+    read_only_binds = False
+
+    def mount_points(self, data: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(path for path in data if not (path + "/").startswith("/tmp/"))
 
     def launch(self, image: str, env: dict[str, str], gpus: int,
                passed: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> list[Word]:
-        if data:
-            raise ValueError(self.no_data_binds)
         # bare --set-env applies the image's own ENV (its PATH); --env-no-expand keeps ch-run
         # from expanding $ in MODAK's values (the shell quoting already made them literal);
         # ch-run keeps the environment it is started in, ``passed`` included
-        words: list[Word] = ["ch-run", "--bind", Raw(f"{BIND}:{WORKDIR}"), "--cd", WORKDIR,
-                             "--env-no-expand", "--set-env"]
+        words: list[Word] = ["ch-run", "--bind", Raw(f"{BIND}:{WORKDIR}")]
+        for path in data:  # (onto the image's own directory: mount_points)
+            words += ["--bind", f"{path}:{path}"]
+        words += ["--cd", WORKDIR, "--env-no-expand", "--set-env"]
         for key, value in env.items():
             words.append(f"--set-env={key}={value}")
         return words + [image, "--"]

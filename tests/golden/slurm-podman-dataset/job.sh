@@ -13,8 +13,8 @@ export MODAK_RUN_ID=test-run
 # The job's first line names it: a deploy whose record of the submission was lost finds
 # the job by its output once the scheduler no longer lists it, and submits nothing again.
 printf '{"modak": "job-start", "run_id": "%s", "job_id": "%s"}\n' "$MODAK_RUN_ID" "${SLURM_JOB_ID:-}"
-# The data the application reads (application.dataset), bound read-only at its own path
-# into the container: it must be on this node, or the job stops here.
+# The data the application reads (application.dataset), at its own path (in the container
+# too): it must be on this node, or the job stops here.
 if [ ! -e /scratch/proj42/imagenet ]; then
   printf 'modak: the dataset %s (application.dataset) is not on %s\n' /scratch/proj42/imagenet "$(hostname)" >&2
   exit 66

@@ -24,7 +24,9 @@ from . import __version__
 from .catalogue import Variant
 from .cpu import target_flags
 from .shell import comment_safe
-from .validate import PACKAGE
+from .validate import IMAGE_DIRS, PACKAGE
+
+VENV = IMAGE_DIRS[0]  # where a recipe with a venv installs the framework (a dataset cannot be)
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -99,9 +101,9 @@ def recipe_spec(variant: Variant, microarch: str, base: str, *, ca_certs: bool =
     env: dict[str, str] = {}
     python = "python3"
     if variant.venv:
-        install.append("python3 -m venv /opt/venv")
-        python = "/opt/venv/bin/python3"
-        env["PATH"] = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        install.append(f"python3 -m venv {VENV}")
+        python = f"{VENV}/bin/python3"
+        env["PATH"] = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     pip = f"{python} -m pip install --no-cache-dir"
     if variant.wheelhouse:
         pip += " --no-index --find-links /opt/modak-wheels"

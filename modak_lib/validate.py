@@ -52,6 +52,9 @@ def check_path(value: str, what: str = "path") -> str:
 SYSTEM_DIRS = ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root",
                "run", "sbin", "sys", "usr", "work")
 SECRET_DIRS = (".ssh", ".gnupg")
+# what MODAK's recipes install the framework into (render.recipe_spec): a dataset bound
+# there, or over a directory above it (/opt), would hide the framework from the job
+IMAGE_DIRS = ("/opt/venv",)
 
 
 def check_dataset(value: str) -> str:
@@ -66,10 +69,15 @@ def check_dataset(value: str) -> str:
         raise ValueError(f"dataset path {value!r} is the container's own system or work "
                          "directory: the data must lie elsewhere (not /" +
                          ", /".join(SYSTEM_DIRS) + ")")
+    path = "/" + "/".join(parts)
+    for own in IMAGE_DIRS:
+        if (own + "/").startswith(path + "/") or path.startswith(own + "/"):
+            raise ValueError(f"dataset path {value!r} would hide the image's own {own} "
+                             "(its framework) from the job: the data must lie elsewhere")
     if set(parts) & set(SECRET_DIRS):
         raise ValueError(f"dataset path {value!r} holds credentials "
                          f"({', '.join(SECRET_DIRS)}), not data")
-    return "/" + "/".join(parts)
+    return path
 
 
 def _pattern(pattern: re.Pattern[str], what: str):

@@ -192,6 +192,8 @@ def test_a_value_with_commas_reaches_apptainer_whole(tmp_path):
     ("data/train", "must be absolute"), ("./data", "must be absolute"),
     ("/home/someone/.ssh", "credentials"), ("/scratch/u/.gnupg/keys", "credentials"),
     ("/scratch/a:/etc", "must match"), ("/scratch/x,ro", "must match"),
+    ("/opt", "hide the image's own /opt/venv"), ("/opt/venv", "hide the image's own"),
+    ("/opt/./venv/lib", "hide the image's own /opt/venv"),
 ])
 def test_a_dataset_is_data_outside_the_containers_own_directories(path, why):
     """A dataset is bound into the container at its own path: never over the container's
@@ -207,6 +209,17 @@ def test_a_dataset_is_data_outside_the_containers_own_directories(path, why):
     with pytest.raises(InputError) as exc:
         read_dsl(doc, "r.json")
     assert "job.optimisation.app_type-ai_training.data.location" in str(exc.value)
+
+
+@pytest.mark.parametrize("path, kept", [
+    ("/opt/datasets/imagenet", "/opt/datasets/imagenet"), ("/opt/venvdata", "/opt/venvdata"),
+    ("/optical/./runs/", "/optical/runs"), ("/scratch//u/d", "/scratch/u/d"),
+    ("/var/tmp/data", "/var/tmp/data"),
+])
+def test_a_dataset_beside_the_images_own_directories_is_kept(path, kept):
+    """Beside what the container itself holds (not over it, nor above it), a dataset is kept,
+    normalised."""
+    assert request(application={"dataset": path}).application.dataset == kept
 
 
 def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tmp_path):

@@ -783,6 +783,40 @@ def test_a_trial_its_cap_stopped_while_compiling_reaches_the_search_with_its_clo
     assert search_module.compiling_in(jem, [trial], 9.9)
 
 
+def test_a_trial_that_built_its_image_spends_the_build_once():
+    """The trial that built its image (a Charliecloud image for the job's dataset: 80 s here)
+    spent that of the budget, but the later trials, whose image is there, are foreseen by
+    its time around its job alone: what a candidate's cap leaves beyond it, what the round
+    keeps for stock's second trial, and the cap itself are as if it had found the image."""
+    pytest.importorskip("ansible")
+    sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
+    try:
+        from ansible_collections.modak.modak.plugins.action.modak_record import measured
+        from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
+    finally:
+        sys.path.pop(0)
+    from modak_runtime.record import loss_figures
+    rec = {"status": "capped", "configuration": STOCK.model_dump(mode="json"),
+           "metrics": {"steps": 10, "s_per_step": 0.05, "final_loss": 3.0,
+                       "losses": _descending(10), "startup_s": 2.0, "wall_s": 3.0,
+                       "runtime_s": 3.0}}
+    rec["measured"] = measured(rec, loss_figures)
+    found = ActionModule._trial({**rec, "elapsed_s": 4.0, "path_s": 9.5}, Trial,
+                                Configuration, STOCK)
+    built = ActionModule._trial({**rec, "elapsed_s": 4.0, "path_s": 89.5, "build_s": 80.0},
+                                Trial, Configuration, STOCK)
+    assert (found.path_s, found.build_s) == (pytest.approx(5.5), 0.0)
+    assert (built.path_s, built.build_s) == (pytest.approx(5.5), 80.0)
+    assert search_module.cost(built) == pytest.approx(search_module.cost(found) + 80.0)
+    assert beyond_cap(built) == pytest.approx(beyond_cap(found))
+    h = Halving([COMPILE], STOCK, job_steps=20000, budget_s=200)
+    h.next_round()
+    assert h.reserve(built) == pytest.approx(h.reserve(found))
+    # spent: 89.5 s of the 200, not 9.5: the candidate's cap is 80 s shorter
+    assert h.cap(COMPILE, [built]) == pytest.approx(h.cap(COMPILE, [found]) - 80.0, abs=0.11)
+    assert h.cap(COMPILE, [found]) > 100
+
+
 def test_which_compilations_a_capped_one_rules_out():
     """Only the same compiler in the same image, at a cap under 1.5x the clock of the trial
     stopped while compiling, and only after its start-up; a record without the clock (an

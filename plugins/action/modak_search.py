@@ -239,14 +239,17 @@ class ActionModule(ActionBase):
 
         config = Configuration(**rec["configuration"])
         m = rec.get("measured") or {}
-        # (what the deploy spent around the trial's job: its tasks' time less the job's)
-        path = max(0.0, float(rec.get("path_s") or 0.0) - float(rec.get("elapsed_s") or 0.0))
+        # (what the deploy spent around the trial's job: its tasks' time less the job's and
+        # less its image's build, kept apart: once per recipe, not each trial's)
+        build = float(rec.get("build_s") or 0.0)
+        path = max(0.0, float(rec.get("path_s") or 0.0) - float(rec.get("elapsed_s") or 0.0)
+                   - build)
         refused = departures(rec.get("not_applied") or {}, config, stock)
         failed = None
         if rec.get("status") == "skipped":  # (not run: Halving.skip said why)
             return Trial(config, 0, None,
                          failed=(rec.get("error") or {}).get("message") or "not tried",
-                         skipped=True, path_s=path)
+                         skipped=True, path_s=path, build_s=build)
         if rec.get("status") == "failed" or not m.get("s_per_step"):
             failed = ((rec.get("error") or {}).get("message") or rec.get("status")
                       or "no figures")
@@ -263,7 +266,7 @@ class ActionModule(ActionBase):
                      start_loss=m.get("start_loss"), refused=refused,
                      script_error=script_error(failed, rec.get("error")),
                      losses=m.get("losses") or (),
-                     steps_per_epoch=m.get("steps_per_epoch"), path_s=path)
+                     steps_per_epoch=m.get("steps_per_epoch"), path_s=path, build_s=build)
 
 
 def _s(trial, halving, job_seconds):

@@ -79,8 +79,11 @@ options:
         C(measured) (modak_record's return value), C(status), C(error), C(not_applied)
         (modak_record's - a trial with a knob not applied measured another configuration
         and counts as failed, unless that knob was at stock's value, as where the script
-        sets its own threads), C(elapsed_s) (the job's) and C(run_id) (the trial's run,
-        optional); C(status=skipped) for a trial not run (C(skip)).
+        sets its own threads), C(elapsed_s) (the job's), C(path_s) (the trial's tasks'
+        whole time, its job's included; optional), C(build_s) (of that, building its image,
+        where the trial built it; spent once, not foreseen for later trials; optional) and
+        C(run_id) (the trial's run, optional); C(status=skipped) for a trial not run
+        (C(skip)).
     type: list
     elements: dict
     default: []

@@ -135,6 +135,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     runtime = RUNTIMES[decision.runtime.value]
     scheduler = SCHEDULERS[target.scheduler]
     dataset = request.application.dataset
+    data = (dataset,) if dataset else ()  # the host paths the job's container binds
 
     # recipes: one description, every format
     cuda_arch = None
@@ -148,7 +149,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
         spec = recipe_spec(variant, target.microarchitecture,
                            fmt_runtime.base_reference(variant.base), ca_certs=ca_certs,
                            cuda_arch=cuda_arch, extra_pip=request.application.pip_packages,
-                           mount_points=fmt_runtime.mount_points((dataset,) if dataset else ()))
+                           mount_points=fmt_runtime.mount_points(data))
         text = render_recipe(fmt, spec)
         files[filename] = text
         recipe_files[fmt] = filename
@@ -177,8 +178,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
         passed = RANK_VARIABLES[decision.launcher] + tuple(
             name for name in RENDEZVOUS_VARIABLES if name not in env)
     words: list[Word] = _launcher_words(decision.launcher, ranks, res.tasks_per_node)
-    words += runtime.launch(reference, env, res.gpus_per_node, passed,
-                            (dataset,) if dataset else ())
+    words += runtime.launch(reference, env, res.gpus_per_node, passed, data)
     words += _launcher_words(decision.inner_launcher, ranks, res.tasks_per_node)
     # the program (a checked path that never starts with "-"): every launcher and runtime
     # (srun, mpirun, podman run IMAGE, apptainer exec IMAGE, ch-run IMAGE --) stops reading

@@ -1208,8 +1208,10 @@ def test_a_job_stated_in_epochs_is_as_long_as_its_runs_measured_an_epoch():
 def test_the_plot_writes_a_png_of_the_held_out_predictions(tmp_path):
     pytest.importorskip("matplotlib")
     from modak_lib.results import ResultsStore, load_frame
-    result = ev.evaluate(load_frame(ResultsStore(tmp_path / "empty.sqlite")), "linear",
-                         compare=False)
+    frame = load_frame(ResultsStore(tmp_path / "empty.sqlite"))
+    # four families of the shipped data (the evaluation of all of them takes half a minute)
+    frame = frame[frame["workload"].isin(["mnist-cnn", "resnet18", "mlp", "gru"])]
+    result = ev.evaluate(frame, "linear", compare=False)
     path = ev.plot(result, tmp_path / "model.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20000
 

@@ -298,8 +298,9 @@ def test_a_run_refits_a_quick_model_and_keeps_a_full_fit(tmp_path, monkeypatch):
     measurements (a campaign's data the store lacks), is kept: a deploy must not replace it
     by a model of less data."""
     # the first dataset only is shipped here: each comparison of the estimators on the
-    # campaign's 4000 measurements would take a minute, and what is tested is which model
-    # the refit keeps (test_a_first_fit_... fits on all of them)
+    # campaign's four thousand measurements would take a minute, and what is tested is
+    # which model the refit keeps (a first fit on all of them: the test
+    # test_a_first_fit_takes_the_shipped_comparison_which_is_the_one_it_would_compute)
     from modak_lib import results
     monkeypatch.setattr(results, "SHIPPED_DATASETS", (results.SHIPPED,))
     store = ResultsStore(tmp_path / "store.sqlite")

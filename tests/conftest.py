@@ -111,6 +111,18 @@ def run_modak(*args: str, cwd: Path | None = None,
     return subprocess.CompletedProcess(["modak", *args], code, out.getvalue(), err.getvalue())
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (scripts/test runs two workers, --dist loadgroup) the tests that
+    share one thing run in one worker, one after another: the front-end's (its single Slurm
+    node, its user's home, the session's start and stop of it), and each module's
+    module-scoped fixture (the packaging tests' wheel, built once). The rest are spread."""
+    for item in items:
+        if "frontend" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("frontend"))
+        elif "installed" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_store_and_model(tmp_path_factory):
     """Tests never read or write the user's results store or model."""

@@ -115,7 +115,8 @@ def run_modak(*args: str, cwd: Path | None = None,
 # worker, one after another: the front-end's (its single Slurm node, its user's home, the
 # session's start and stop of it), and the packaging tests (their module's wheel and fresh
 # venv, built once). Every other test is a unit of its own, sent to whichever worker is free.
-FRONTEND_MODULES = ("test_deploy.py", "test_xopera.py", "test_molecule.py")
+FRONTEND_MODULES = ("test_deploy.py", "test_xopera.py", "test_molecule.py",
+                    "test_runtime_slurm.py")
 ONE_WORKER_MODULES = ("test_packaging.py",)
 
 
@@ -135,14 +136,6 @@ def pytest_xdist_make_scheduler(config, log):
             return module if name in ONE_WORKER_MODULES else nodeid
 
     return Scheduling(config, log)
-
-
-def pytest_collection_modifyitems(items):
-    strays = [item.nodeid for item in items if "frontend" in item.fixturenames
-              and item.path.name not in FRONTEND_MODULES]
-    if strays:
-        raise pytest.UsageError(f"{strays[0]} uses the front-end: add its module to "
-                                "FRONTEND_MODULES in tests/conftest.py (one worker runs them)")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -173,7 +166,7 @@ def tmp_json(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# the real front-end (scripts/frontend), shared by the deploy and molecule tests
+# the real front-end (scripts/frontend), shared by the tests of FRONTEND_MODULES
 FRONTEND = ROOT / "scripts/frontend"
 
 
@@ -187,8 +180,17 @@ def _unavailable() -> str | None:
     return None
 
 
+@pytest.fixture
+def frontend(request):
+    """The local front-end, for a test of one of FRONTEND_MODULES (their worker's alone)."""
+    if request.node.path.name not in FRONTEND_MODULES:
+        pytest.fail(f"{request.node.path.name} takes the front-end: add it to FRONTEND_MODULES "
+                    "in tests/conftest.py, whose tests run one after another in one worker")
+    request.getfixturevalue("_frontend_up")
+
+
 @pytest.fixture(scope="session")
-def frontend():
+def _frontend_up():
     why = _unavailable()
     if why:
         if os.environ.get("CI"):

@@ -22,9 +22,10 @@ WIDTH = 100  # the plan table fits a 100-column terminal
 
 
 def _wrap(text: str, indent: str, width: int = WIDTH) -> list[str]:
-    """``text`` wrapped to ``width``; continuation lines indented by ``indent``."""
+    """``text`` wrapped to ``width``; continuation lines indented by ``indent``. A word
+    longer than a line (a path) stays whole on a line of its own, to be copied."""
     return textwrap.wrap(text, width=width, subsequent_indent=indent,
-                         break_on_hyphens=False) or [text]
+                         break_on_hyphens=False, break_long_words=False) or [text]
 
 
 def _clip(text: str, most: int = 24) -> str:

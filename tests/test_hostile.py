@@ -225,8 +225,8 @@ def test_a_dataset_beside_the_images_own_directories_is_kept(path, kept):
 def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tmp_path):
     """The script's own arguments name the data where the cluster has it: the container gets
     it at that path, read-only, and MODAK_DATASET names it; a node without it stops the job
-    before anything starts."""
-    data = tmp_path / "scratch" / "imagenet"
+    before anything starts. A path longer than the plan table's line is printed whole."""
+    data = tmp_path / "scratch" / ("imagenet-" + "x" * 90)
     data.mkdir(parents=True)
     binds = {"podman": "--volume", "apptainer": "--bind"}
     for runtime, flag in binds.items():

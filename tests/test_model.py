@@ -1830,7 +1830,8 @@ def test_the_machines_clocks_see_the_runs_child_and_another_process():
     assert campaign.cpu_clock()[0] - clock >= own - 0.1  # (the clock's ticks: 10 ms a CPU)
 
     def cpu_of(pid):  # utime + stime, /proc/PID/stat's 14th and 15th fields, after the name
-        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     other = subprocess.Popen([sys.executable, "-c", spin.format(3.0)])

@@ -17,12 +17,12 @@ import uuid
 
 import pytest
 from conftest import ROOT
+from deploying import QUICK, USER_REQUEST, copy_model, ok, plan_json, user_project
 
 from modak_lib.models import Configuration
 from modak_lib.results import ResultsStore, parse_fom_lines
 
 pytestmark = pytest.mark.slow
-QUICK = ROOT / "tests/data/mnist-quick.yaml"
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def deploy(tmp_path, frontend, fitted_model):
     store = tmp_path / "results.sqlite"
     # the session's fitted model (a copy: this test's records may refit it), and no refit
     # after each run unless the test is about the closed loop (modak_refit=True)
-    _copy_model(fitted_model, tmp_path)
+    copy_model(fitted_model, tmp_path)
 
     def run(playbook="deploy.yml", env=None, request=QUICK, inputs=None, **extra):
         # the quick blueprint runs MODAK's reference script: name its folder explicitly
@@ -62,18 +62,6 @@ def deploy(tmp_path, frontend, fitted_model):
     shutil.rmtree(run.work, ignore_errors=True)
 
 
-def _copy_model(fitted_model, tmp_path):
-    """The session's fitted model and its card, as a first plan would have fitted them,
-    where the test's deploys look for them (MODAK_MODEL): a copy, which the runs refit."""
-    for suffix in (".joblib", ".json"):
-        shutil.copy(fitted_model.with_suffix(suffix), tmp_path / f"model{suffix}")
-
-
-@pytest.fixture
-def local_model(tmp_path, fitted_model):
-    """The local deploys' model: the session's (the first plan's fit is tested by
-    tests/test_packaging.py, from the installed package)."""
-    _copy_model(fitted_model, tmp_path)
 
 
 def _recap(out: str) -> dict:
@@ -88,13 +76,10 @@ def _task(out: str, name: str) -> str:
     return m.group(1) if m else ""
 
 
-def _ok(proc):
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
-
 
 def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     first = deploy()
-    _ok(first)
+    ok(first)
     assert re.search(r"job \d+ COMPLETED \(exit code 0\)", first.stdout)
     assert _task(first.stdout, "Submit the job (once per run)") == "changed"
     # the wait reports the scheduler's state and the time since submission at every poll
@@ -115,7 +100,7 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
         twins = list(pool.map(lambda extra: deploy(**extra),
                               [{}, {"modak_wheelhouse": str(no_wheels)}]))
     for second in twins:
-        _ok(second)
+        ok(second)
         assert second.recap["changed"] == 0, second.stdout[-3000:]
         assert _task(second.stdout, "Look for the image (built once per recipe hash)") == "ok"
         assert _task(second.stdout, "Build it, or attach to its build running now") == "skipping"
@@ -130,17 +115,17 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     (lost,) = deploy.work.glob("*/mnist-quick.out")
     lost.write_text("")
     again = deploy()
-    _ok(again)
+    ok(again)
     m = re.search(r"job (\d+) of run \S+ completed without any output .*submitted again as "
                   r"job (\d+)", " ".join(again.stdout.split()) + " ".join(again.stderr.split()))
     assert m and m.group(1) == polls[0][0] != m.group(2), again.stdout[-3000:] + again.stderr
     assert re.search(r"job %s COMPLETED \(exit code 0\)" % m.group(2), again.stdout)
     assert len(deploy.store.rows()) == 2  # the new job's figures
-    _ok(deploy())
+    ok(deploy())
     assert len(deploy.store.rows()) == 2  # and not a third time
 
     third = deploy(modak_new_run=True)  # asked for: a new job, same image
-    _ok(third)
+    ok(third)
     assert _task(third.stdout, "Submit the job (once per run)") == "changed"
     assert _task(third.stdout, "Look for the image (built once per recipe hash)") == "ok"
     assert len(deploy.store.rows()) == 3
@@ -170,7 +155,7 @@ def test_a_build_without_wheels_stops_before_it_saying_how_to_get_them(deploy):
 
 def test_pbs_wrappers_run_the_pbs_script(deploy):
     proc = deploy(env={"MODAK_SCHEDULER": "pbs"}, inputs={"job_name": "mnist-pbs"})
-    _ok(proc)
+    ok(proc)
     plans = list((deploy.tmp / "plans").glob("*/job.sh"))
     assert len(plans) == 1 and "#PBS -l nodes=1:ppn=" in plans[0].read_text()
     assert re.search(r"job \d+ COMPLETED", proc.stdout)
@@ -179,7 +164,7 @@ def test_pbs_wrappers_run_the_pbs_script(deploy):
 
 def test_charliecloud_builds_and_runs(deploy):
     proc = deploy(env={"MODAK_RUNTIME": "charliecloud"}, inputs={"job_name": "mnist-ch"})
-    _ok(proc)
+    ok(proc)
     plan = json.loads(next((deploy.tmp / "plans").glob("*/plan.json")).read_text())
     assert plan["runtime"] == "charliecloud"
     assert "ch-run " in next((deploy.tmp / "plans").glob("*/job.sh")).read_text()
@@ -235,7 +220,7 @@ def test_a_cancelled_job_ends_cancelled(deploy):
     inputs = {"job_name": "mnist-cancel", "steps": "100000"}
     # cancelling a request never deployed cancels nothing and writes nothing on the front-end
     never = deploy("cancel.yml", inputs=inputs)
-    _ok(never)
+    ok(never)
     assert re.search(r"run \S+ was never submitted: nothing to cancel", never.stdout), \
         never.stdout[-3000:]
     assert not deploy.work.exists()
@@ -251,7 +236,7 @@ def test_a_cancelled_job_ends_cancelled(deploy):
     submitted = json.loads(record.read_text())["job_id"]
     record.unlink()
     cancel = deploy("cancel.yml", inputs=inputs)
-    _ok(cancel)
+    ok(cancel)
     m = re.search(r"job (\d+) is CANCELLED", cancel.stdout)
     assert m and m.group(1) == submitted, cancel.stdout[-3000:]
     assert _containers_left(m.group(1)) == []
@@ -261,53 +246,7 @@ def test_a_cancelled_job_ends_cancelled(deploy):
     assert next((deploy.tmp / "results").glob("*/mnist-cancel.out")).exists()
 
 
-def _local_deploy(tmp_path, request, **extra):
-    variables = {"modak_request": str(request), "modak_work_dir": str(tmp_path / "runs"),
-                 "modak_plan_dir": str(tmp_path / "plans"),
-                 "modak_results_dir": str(tmp_path / "results"), "modak_job_poll": 1, **extra}
-    (tmp_path / "vars.json").write_text(json.dumps(variables))
-    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
-               MODAK_MODEL=str(tmp_path / "model.joblib"))
-    proc = subprocess.run(["ansible-playbook", "-i", "inventories/localhost",
-                           "playbooks/deploy.yml", "-e", f"@{tmp_path / 'vars.json'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    return proc, env
 
-
-@pytest.mark.usefixtures("local_model")
-def test_local_scheduler_over_a_local_connection(tmp_path):
-    """No root, no Slurm, no container: the localhost inventory still runs the example."""
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    proc, _ = _local_deploy(tmp_path, QUICK, modak_inputs={"steps": "5"},
-                            modak_job_files=[str(ROOT / "workloads")])
-    _ok(proc)
-    assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
-    assert ResultsStore(tmp_path / "store.sqlite").count() == 1
-
-
-@pytest.mark.parametrize("work_dir,given,run_dir", [
-    ("scratch/runs", None, "/home/u/scratch/runs/job-r1"),  # (the target's, under the home)
-    ("/lustre/u/runs", None, "/lustre/u/runs/job-r1"),
-    ("scratch/runs", "/tmp/w", "/tmp/w/job-r1"),  # (the role variable, when set, wins)
-])
-def test_the_run_directory_is_under_the_targets_work_dir(tmp_path, work_dir, given, run_dir):
-    """The infrastructure file's (or the request's) ``frontend.work_dir`` places the run
-    directory on the front-end, unless the play sets ``modak_work_dir``."""
-    plan = {"plan": {"run_name": "job-r1", "target": {"frontend": {"work_dir": work_dir},
-                                                      "image_dir": "images"}}}
-    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
-             "vars": {"modak_home_dir": "/home/u", "modak_plan": plan,
-                      **({"modak_work_dir": given} if given else {})},
-             "tasks": [{"ansible.builtin.include_role": {"name": "modak.modak.modak_plan",
-                                                         "tasks_from": "locate"}},
-                       {"ansible.builtin.debug": {
-                           "msg": "dirs={{ modak_run_dir }}|{{ modak_image_dir }}"}}]}]
-    (tmp_path / "play.yml").write_text(json.dumps(play))
-    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
-    _ok(proc)
-    assert f"dirs={run_dir}|/home/u/images" in proc.stdout, proc.stdout[-2000:]
 
 
 def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
@@ -321,7 +260,7 @@ def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
                     modak_autotune_steps=8, modak_autotune_rounds=2, modak_autotune_budget=4.0,
                     modak_refit=True)
     proc = deploy("autotune.yml", **settings)
-    _ok(proc)
+    ok(proc)
     found = re.search(r"chose (.+?) after (\d+) trials? in (\d+) rounds?, ([\d.]+) s of a "
                       r"([\d.]+) s budget", proc.stdout)
     assert found, proc.stdout[-3000:]
@@ -373,46 +312,16 @@ def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
     assert on_frontend == ran, on_frontend ^ ran
     assert all((deploy.work / d / ".modak-job.json").is_file() for d in on_frontend)
     again = deploy("autotune.yml", **settings)
-    _ok(again)
+    ok(again)
     assert deploy.store.count() == len(rows)
     assert _task(again.stdout, "Submit the job (once per run)") == "ok", again.stdout[-3000:]
 
-
-# ---------------------------------------------------------------------------
-# the user's own script, from a request outside this repository
-USER_REQUEST = {"job": {
-    "job_options": {"job_name": "user-lm", "wall_time_limit": "00:20:00"},
-    "application": {"executable": "python3 train.py", "arguments": "--steps 12 --layers 1"},
-    "target": {"job_scheduler_type": "none"},
-    "optimisation": {"enable_opt_build": True, "app_type": "ai_training",
-                     "app_type-ai_training": {
-                         "config": {"ai_framework": "pytorch", "allow_reduced_precision": True},
-                         "ai_framework-pytorch": {"version": "2.13", "compile": True}}}}}
-
-
-def user_project(tmp_path, script="tiny_lm.py"):
-    """A user's directory far from this repository: a request and the unmodified script."""
-    proj = tmp_path / "someone" / "project"
-    proj.mkdir(parents=True)
-    (proj / "train.py").write_text((ROOT / "tests/user_scripts" / script).read_text())
-    (proj / "notes.txt").write_text("not a Python module: not shipped by default\n")
-    (proj / "request.json").write_text(json.dumps(USER_REQUEST))
-    return proj / "request.json"
-
-
-def _plan_json(request, env_from, *extra):
-    env = dict(os.environ, MODAK_RESULTS=env_from["MODAK_RESULTS"],
-               MODAK_MODEL=env_from["MODAK_MODEL"])
-    proc = subprocess.run(["modak", "plan", str(request), "--json", *extra], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
 
 
 def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
     request = user_project(deploy.tmp)
     proc = deploy(request=request, modak_infra=str(ROOT / "examples/infra/local-frontend.yaml"))
-    _ok(proc)
+    ok(proc)
     assert re.search(r"job \d+ COMPLETED \(exit code 0\)", proc.stdout)
     plan = json.loads(next((deploy.tmp / "plans").glob("*/plan.json")).read_text())
     assert plan["app_files"] == ["train.py"]  # the script, not its neighbours
@@ -432,7 +341,7 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
 
     # a second plan for the same request knows the workload and uses the measurement
     env = {"MODAK_RESULTS": str(deploy.store.path), "MODAK_MODEL": str(deploy.tmp / "model.joblib")}
-    again = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local-frontend.yaml"))
+    again = plan_json(request, env, "--infra", str(ROOT / "examples/infra/local-frontend.yaml"))
     assert again["decided_by"] == "model"
     (ran,) = [c for c in again["candidates"] if c["configuration"] == plan["chosen"]]
     assert ran["prediction"]["source"] == "measured median of 1 run(s)"
@@ -486,7 +395,7 @@ def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
         (proj / "request.json").write_text(json.dumps({"job": job}))
         infra = str(ROOT / "examples/infra/local-frontend.yaml")
         proc = deploy(request=proj / "request.json", modak_infra=infra)
-        _ok(proc)
+        ok(proc)
         (row,) = deploy.store.rows()
         assert row["status"] == "ok" and row["steps"] == 8
         out = "".join(p.read_text() for p in (deploy.tmp / "results").glob("*/*.out"))
@@ -515,7 +424,7 @@ def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
         ai["data"] = {"location": str(data)}
         (proj / "request.json").write_text(json.dumps({"job": job}))
         proc = deploy(request=proj / "request.json", modak_infra=infra, env=charliecloud)
-        _ok(proc)
+        ok(proc)
         rows = deploy.store.rows()
         assert len(rows) == 2 and rows[-1]["status"] == "ok" and rows[-1]["steps"] == 8
         plan = json.loads(max((deploy.tmp / "plans").glob("*/plan.json"),
@@ -551,7 +460,7 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
     infra = str(ROOT / "examples/infra/local-frontend.yaml")
     one_node = ddp_request(deploy.tmp, 1, 2)
     proc = deploy(request=one_node, modak_infra=infra)
-    _ok(proc)
+    ok(proc)
     (row,) = deploy.store.rows()
     effect = json.loads(row["raw"])["effect"]
     assert row["status"] == "ok" and row["steps"] == 16
@@ -644,245 +553,6 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
     assert left.stdout.strip() in ("", "CANCELLED"), left.stdout
 
 
-@pytest.mark.usefixtures("local_model")
-def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, monkeypatch):
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    # a target never probed: its job measures it first, and the figures are remembered
-    monkeypatch.setenv("MODAK_PROBES", str(tmp_path / "probes.json"))
-    request = user_project(tmp_path)
-    proc, env = _local_deploy(tmp_path, request)
-    _ok(proc)
-    assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
-    (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
-    assert row["status"] == "ok" and row["steps"] == 12 and row["fingerprint"].startswith("fp-")
-    assert row["image"] == "host"  # no container: it ran in the host's environment
-    assert "-m modak_runtime.probe" in next((tmp_path / "plans").glob("*/job.sh")).read_text()
-    probes = json.loads((tmp_path / "probes.json").read_text())
-    (probe,) = probes.values()
-    assert probe["gflops_fp32"] > 1 and probe["bandwidth_gbs"] > 0.5
-    assert row["gflops_fp32"] == probe["gflops_fp32"]  # the run is described by them
-    run_dir = next((tmp_path / "runs").iterdir())
-    assert (run_dir / "train.py").read_text() == (request.parent / "train.py").read_text()
-    assert not (run_dir / "notes.txt").exists() and (run_dir / "modak_runtime").is_dir()
-    plan = json.loads(next((tmp_path / "plans").glob("*/plan.json")).read_text())
-    again = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local.yaml"),
-                       "--out", str(tmp_path / "again"))
-    assert again["decided_by"] == "model"
-    # known now: the next job does not probe again
-    assert "modak_runtime.probe" not in (tmp_path / "again" / "job.sh").read_text()
-    (ran,) = [c for c in again["candidates"] if c["configuration"] == plan["chosen"]]
-    assert ran["prediction"]["source"] == "measured median of 1 run(s)"
-    assert abs(ran["prediction"]["seconds"] - row["s_per_step"]) < 1e-9
-
-
-@pytest.mark.usefixtures("local_model")
-def test_a_script_that_raises_in_stocks_trial_is_not_submitted_as_a_job(tmp_path):
-    """A user's script that fails at stock (its package left behind, say) fails its job the
-    same way, after its wait in the queue: the deploy stops after the search with the
-    script's error and the trial's run, and submits nothing."""
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    request = user_project(tmp_path)
-    (request.parent / "train.py").write_text("import torch\nfrom gcn.graph import blocks\n")
-    doc = json.loads(request.read_text())
-    doc["job"]["optimisation"]["enable_autotuning"] = True
-    request.write_text(json.dumps(doc))
-    proc, _ = _local_deploy(tmp_path, request, modak_autotune_k=1, modak_autotune_steps=4,
-                            modak_autotune_rounds=1, modak_autotune_budget=1.0)
-    assert proc.returncode != 0
-    assert re.search(r"the script failed in stock's trial \(No module named 'gcn'\): a job "
-                     r"would fail the same way, so none was submitted; the trial's output is "
-                     r"that of run r[0-9a-f]{11}", proc.stdout), proc.stdout[-3000:]
-    assert "Submit the job, or find it" not in proc.stdout
-    rows = ResultsStore(tmp_path / "store.sqlite").rows()
-    assert rows and all(r["source"] == "autotune" and r["status"] == "failed" for r in rows)
-
-
-@pytest.mark.usefixtures("local_model")
-def test_a_new_workload_with_autotuning_is_searched_before_its_job_once(tmp_path):
-    """The deploy itself runs the budgeted search when the model cannot speak for the
-    workload (a new script) and the request enables autotuning: trials through the job
-    path (stock among them), then the job with the search's choice; run again, nothing
-    runs twice."""
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    request = user_project(tmp_path)
-    doc = json.loads(request.read_text())
-    doc["job"]["optimisation"]["enable_autotuning"] = True
-    request.write_text(json.dumps(doc))
-    search = {"modak_autotune_k": 2, "modak_autotune_steps": 4, "modak_autotune_rounds": 1,
-              "modak_autotune_budget": 1.0}
-    proc, env = _local_deploy(tmp_path, request, **search)
-    _ok(proc)
-    # one round, and stock's second trial where the choice is a candidate (to confirm it)
-    found = re.search(r"chose (.+?) after (\d+) trials? in ([12]) round", proc.stdout)
-    assert found, proc.stdout[-3000:]
-    confirmed = int(found.group(3)) - 1
-    # and why: how the budget was set (kept in the search's state from its first step) and
-    # each candidate's verdict, stock's among them
-    assert re.search(r"\"budget \d+ s: 100% of the job's expected \d+ s", proc.stdout), \
-        proc.stdout[-3000:]
-    assert re.search(r"\"pytorch-2.13.0-cpu compiler=off threads=\d+ alloc=glibc prec=fp32: "
-                     r"(stock|chosen)", proc.stdout), proc.stdout[-3000:]
-    rows = ResultsStore(tmp_path / "store.sqlite").rows()
-    trials = [r for r in rows if r["source"] == "autotune"]
-    jobs = [r for r in rows if r["source"] != "autotune"]
-    assert len(trials) >= 2 and all(r["steps"] == 4 for r in trials)
-    assert any(r["compiler"] == "off" and r["allocator"] == "glibc" and r["precision"] == "fp32"
-               and r["threads"] == r["cores"] for r in trials)  # stock was measured
-    # each trial keeps its job's clock around the launch, longer than its training: what
-    # a later search here takes a trial's cost besides its training from (this first one,
-    # in a fresh store, assumed it)
-    clocks = [(r["job_s"], json.loads(r["raw"])["metrics"]) for r in trials]
-    assert all(job_s and job_s > m["wall_s"] - m["startup_s"] for job_s, m in clocks), clocks
-    # and what the deploy spent around its job up to its record (its tasks), which a later
-    # search counts in a trial's cost too; a job's row has none
-    assert all(r["path_s"] and r["path_s"] > 0 for r in trials), [r["path_s"] for r in trials]
-    assert "job path 10 s, assumed: no trial here has measured it yet" in proc.stdout
-    (job,) = jobs
-    assert job["steps"] == 12 and job["status"] == "ok"  # the whole job, uncapped
-    assert job["path_s"] is None
-    plans = [json.loads(p.read_text()) for p in (tmp_path / "plans").glob("*/plan.json")]
-    (final,) = [p for p in plans if p["decided_by"] == "autotune" and
-                "MODAK_MAX_STEPS" not in p["environment"]]
-    first = next(p for p in plans if p["search"])
-    assert len(first["autotune"]) + confirmed == len(trials)
-    # each candidate's trial is capped at its share of the budget, stock's first is not
-    state = json.loads(next((tmp_path / "plans").glob("*/search.json")).read_text())
-    # stock's trial carried the script's start-up and the runtime's whole clock through the
-    # job path (modak_record's measured): the shortest cap a candidate is given is taken
-    # from them, and a share is given less the job path's time outside that clock
-    assert all(t["startup_s"] > 0 and 0 < t["runtime_s"] < t["wall_s"]
-               for t in state["trials"]
-               if Configuration(**t["configuration"]) == Configuration(**state["stock"])), \
-        state["trials"]
-    # each trial ran through tasks of the deploy around its job (planning, staging, the
-    # wait, the record), timed on the controller: the budget is spent by both
-    ran = [t for t in state["trials"] if not t["skipped"]]
-    assert ran and all(t["path_s"] > 0 for t in ran), ran
-    assert state["spent_s"] == pytest.approx(sum(t["wall_s"] + t["path_s"] for t in ran))
-    tried = [p for p in plans if "MODAK_MAX_STEPS" in p["environment"]]
-    assert len(tried) == len(trials)
-    # every trial carries its search's id (kept in its state): part of its run, so that a
-    # later search's trials are its own, not this one's found again
-    assert state["search_id"] and all(p["environment"].get("MODAK_SEARCH") == state["search_id"]
-                                      for p in tried), (state["search_id"], tried)
-    # only what was submitted went to the front-end: not the first plan, which the search
-    # replaced (unless it is the search's choice)
-    assert {d.name for d in (tmp_path / "runs").iterdir()} == {
-        p["run_name"] for p in tried + [final]}
-    stock_caps = []
-    for p in tried:
-        cap = p["environment"].get("MODAK_MAX_SECONDS")
-        if Configuration(**p["chosen"]) == Configuration(**state["stock"]):
-            stock_caps.append(cap)
-        else:  # (each round re-bases the budget on its stock trial: a noisy one moves it)
-            assert 0 < float(cap) <= 1.5 * state["budget_s"], (cap, state["budget_s"])
-    # stock's trial in the round is not capped; its second trial, the confirmation (where the
-    # choice is a candidate), is capped at what the budget has left
-    assert stock_caps.count(None) == 1 and len(stock_caps) == 1 + confirmed, stock_caps
-    assert all(0 < float(cap) <= state["budget_s"] for cap in stock_caps if cap is not None), \
-        (stock_caps, state["budget_s"])
-    assert {k: job[k] for k in ("compiler", "allocator", "precision", "threads")} == {
-        "compiler": final["chosen"]["compiler"] or "off",
-        "allocator": final["chosen"]["allocator"], "precision": final["chosen"]["precision"],
-        "threads": final["chosen"]["threads"]}
-    again, _ = _local_deploy(tmp_path, request, **search)
-    _ok(again)
-    assert ResultsStore(tmp_path / "store.sqlite").count() == len(rows)
-
-
-@pytest.mark.usefixtures("local_model")
-def test_a_candidate_whose_knob_a_trial_found_not_applicable_is_not_tried(tmp_path):
-    """A round's trials run one after the other: when one finds a knob not applicable to
-    the script (torch.compile on this LSTM tagger), the round's later candidates with that
-    knob are not tried, with the refused trial's reason (before, their plans failed in the
-    middle of the deploy, which rescued them as failed trials); the search and the job go
-    on."""
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    request = user_project(tmp_path, "lstm_tagger.py")
-    doc = json.loads(request.read_text())
-    doc["job"]["optimisation"]["enable_autotuning"] = True
-    doc["job"]["application"]["arguments"] = "--steps 40"
-    request.write_text(json.dumps(doc))
-    proc, _ = _local_deploy(tmp_path, request, modak_autotune_k=3, modak_autotune_steps=4,
-                            modak_autotune_rounds=1, modak_autotune_budget=1.0)
-    _ok(proc)
-    assert re.search(r"compiler=(torch\.compile\S*) \S+ \S+ prec=\w+: not tried: "
-                     r"compiler=\1 was not applied to this script in the trial of \S+ "
-                     r"compiler=\1 .*Dynamo", proc.stdout), proc.stdout[-3000:]
-    assert "is not a candidate of this request" not in proc.stdout
-    assert re.search(r"rescued=0", proc.stdout)
-    # one round, and stock's second trial where a candidate would be chosen on it (run
-    # alone after it, to confirm the choice)
-    chose = re.search(r"chose (.+?) after (\d+) trials? in ([12]) round", proc.stdout)
-    assert chose and "torch.compile" not in chose.group(1), proc.stdout[-3000:]
-    if chose.group(3) == "2":
-        assert "its second trial, run to confirm" in proc.stdout, proc.stdout[-3000:]
-    rows = ResultsStore(tmp_path / "store.sqlite").rows()
-    assert any(r["source"] == "autotune" and r["not_applied"] == "compiler" for r in rows)
-    (job,) = [r for r in rows if r["source"] != "autotune"]
-    assert job["status"] == "ok" and job["compiler"] == "off"
-
-
-@pytest.mark.usefixtures("local_model")
-def test_a_knob_the_script_does_not_take_is_named_with_its_reason(tmp_path):
-    """torch.compile forced on an LSTM tagger (Dynamo does not trace its LSTM): the job
-    runs, uncompiled, and its summary names the knob and why, as the store keeps it."""
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    request = user_project(tmp_path, "lstm_tagger.py")
-    doc = json.loads(request.read_text())
-    doc["job"]["application"]["arguments"] = "--steps 6"
-    request.write_text(json.dumps(doc))
-    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
-               MODAK_MODEL=str(tmp_path / "model.joblib"))
-    plan = _plan_json(request, env, "--infra", str(ROOT / "examples/infra/local.yaml"))
-    compiled = next(c["configuration"] for c in plan["candidates"]
-                    if c["configuration"]["compiler"])
-    proc, _ = _local_deploy(tmp_path, request, modak_force=compiled)
-    _ok(proc)
-    (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
-    assert row["status"] == "ok" and row["not_applied"] == "compiler"
-    why = json.loads(row["raw"])["not_applied"]["compiler"]
-    assert f"not applied: compiler - {why}" in proc.stdout, proc.stdout[-3000:]
-
-
-@pytest.mark.usefixtures("local_model")
-def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it_again(
-        tmp_path):
-    """Local connection: a user's script on a front-end whose compiler cache cannot be
-    created (as on a cluster whose /tmp is not writable): it fails only when compiled."""
-    if not shutil.which("ansible-playbook"):
-        pytest.skip("needs ansible-core: scripts/setup-venv installs it")
-    proj = tmp_path / "project"
-    proj.mkdir()
-    (proj / "train.py").write_text((ROOT / "tests/user_scripts/mlp.py").read_text())
-    doc = json.loads(json.dumps(USER_REQUEST))
-    doc["job"]["application"]["arguments"] = "6"
-    doc["job"]["environment"] = {"TORCHINDUCTOR_CACHE_DIR": "/proc/modak-no-cache"}
-    (proj / "request.json").write_text(json.dumps(doc))
-    env = dict(os.environ, MODAK_RESULTS=str(tmp_path / "store.sqlite"),
-               MODAK_MODEL=str(tmp_path / "model.joblib"))
-    plan = _plan_json(proj / "request.json", env, "--infra", str(ROOT / "examples/infra/local.yaml"))
-    compiled = next(c["configuration"] for c in plan["candidates"]
-                    if c["configuration"]["compiler"])
-    proc, _ = _local_deploy(tmp_path, proj / "request.json", modak_force=compiled)
-    assert proc.returncode != 0
-    assert re.search(r"ended FAILED \(exit code 1\); the run failed under the knob compiler",
-                     proc.stdout), proc.stdout[-3000:]
-    (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
-    assert row["status"] == "failed" and row["failed_knob"] == "compiler"
-    again = _plan_json(proj / "request.json", env, "--infra",
-                       str(ROOT / "examples/infra/local.yaml"))
-    label = (f"pytorch-2.13.0-cpu compiler={compiled['compiler']} threads={compiled['threads']} "
-             f"alloc={compiled['allocator']} prec={compiled['precision']}")
-    assert any(n.startswith(f"not offered: {label}: failed when run") for n in again["notes"])
-    assert compiled not in [c["configuration"] for c in again["candidates"]]
-
-
 # ---------------------------------------------------------------------------
 # image builds: progress, and one build per image even when the controller is interrupted
 BUILD_PLAY = """
@@ -926,7 +596,7 @@ def test_an_interrupted_build_goes_on_and_the_next_run_attaches_to_it(frontend, 
     first.wait()
     second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
-    _ok(second)
+    ok(second)
     lines = re.findall(r"^\[frontend\] building \S+, (\d+):(\d\d):(\d\d): (.*)$",
                        second.stdout, re.M)
     # it attached to the running build (its clock did not start again at 0)
@@ -969,7 +639,7 @@ def test_a_killed_build_is_cleaned_up_and_built_again(frontend, tmp_path):
     assert left, "the killed build left no working container to clean up"
     second = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
-    _ok(second)
+    ok(second)
     assert re.search(r"^\[frontend\] a killed build of localhost/modak-test/build:%s was "
                      r"found: removed its lock and [1-9]\d* working container" % tag,
                      second.stdout, re.M), second.stdout
@@ -1041,7 +711,7 @@ def test_a_scheduler_outage_and_an_ssh_drop_during_the_wait_end_in_the_real_stat
                         f"{state}/sshd.log"], check=True)
     runner.join(900)
     proc = result["proc"]
-    _ok(proc)
+    ok(proc)
     assert re.search(r"^\[frontend\] job \d+ UNKNOWN \(squeue: the scheduler did not answer",
                      proc.stdout, re.M), proc.stdout[-4000:]
     assert re.search(r"status query \d/8 failed", proc.stdout + proc.stderr)

@@ -51,6 +51,8 @@ class RuntimeSpec(ABC):
           word of the output (else: when the command succeeds)};
         - ``build``: {``argv``, ``cwd``: ``context`` or ``recipe_dir``};
         - ``remove``: {``argv``};
+        - ``size`` (optional): {``argv``} printing the image's size in bytes (a file
+          image's is the file's), for ``modak_images``' listing;
         - ``build_arg``: the option that passes one build argument;
         - ``build_args``: the arguments the recipe needs ({NAME: VALUE});
         - ``file``: the image is a file (relative: under the login's home), built into

@@ -59,6 +59,7 @@ class Podman(RuntimeSpec):
                                "--layers=true", "-f", "{recipe}", "-t", "{image}",
                                "{build_args}", "{context}"], "cwd": "context"},
             "remove": {"argv": ["podman", "image", "rm", "-f", "{image}"]},
+            "size": {"argv": ["podman", "image", "inspect", "--format", "{{.Size}}", "{image}"]},
             "build_arg": "--build-arg", "build_args": {},
             # a killed `podman build` leaves buildah's working containers (in storage only,
             # each holding a copy of a layer), named IMAGE-working-container[-N]

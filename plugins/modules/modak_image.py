@@ -152,52 +152,11 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def _safe(ref):
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", ref)
-
-
-def _fill(words, values, build_args):
-    """argv words with their {placeholders} filled; {build_args} becomes its words."""
-    out = []
-    for word in words:
-        if word == "{build_args}":
-            out += build_args
-            continue
-        for key, value in values.items():
-            word = word.replace("{%s}" % key, value)
-        out.append(word)
-    return out
-
-
-def builder_commands(builder, image, recipe, context, build_args):
-    """The runtime backend's build, exists and remove commands for this image (argv)."""
-    args = []
-    for key, value in sorted(dict(builder.get("build_args") or {}, **build_args).items()):
-        args += [builder.get("build_arg", "--build-arg"), "%s=%s" % (key, value)]
-    values = {"image": image, "recipe": recipe, "context": context, "partial": image + ".partial"}
-    return dict((what, _fill(builder[what]["argv"], values, args))
-                for what in ("exists", "build", "remove"))
+from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
+    builder_commands, lock_holder, marker as completion_marker, read, safe, write_record)
 
 
 STEP = re.compile(r"^(STEP \d+/\d+: .*|\d+\. .*|INFO: .*)$")
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except OSError as exc:
-        return exc.errno == errno.EPERM
-    return True
-
-
-def _read(path):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except (IOError, OSError):
-        return None
 
 
 def _current_step(log):
@@ -229,7 +188,7 @@ def base_unavailable(recipe, log_tail):
     """The recipe's base image where a failed build's log says, on a line naming it, that
     it could not be found or pulled (None otherwise): the message then says what to do,
     not only the builder's words."""
-    m = BASE.search(_read(recipe) or "")
+    m = BASE.search(read(recipe) or "")
     if not m:
         return None
     base = m.group(1)
@@ -247,34 +206,21 @@ echo $? >"$result.tmp" && mv "$result.tmp" "$result"
 """
 
 
-def _lock_holder(lock):
-    """The process id of the build holding ``lock``; -1 while its writer has taken it but
-    the build's shell has not written its id yet; None when no live build holds it."""
-    pid = _read(lock)
-    if pid and pid.isdigit():
-        return int(pid) if _alive(int(pid)) else None
-    try:
-        young = time.time() - os.stat(lock).st_mtime < 120
-    except OSError:
-        return None
-    return -1 if pid == "starting" and young else None
-
-
 class Build(object):
     """The files of one image's build in log_dir: lock (pid), result (exit code), log."""
 
     def __init__(self, log_dir, image):
-        safe = _safe(image)
+        name = safe(image)
         self.dir = os.path.join(log_dir, ".building")
-        self.lock = os.path.join(self.dir, safe + ".pid")
-        self.result = os.path.join(self.dir, safe + ".rc")
-        self.started = os.path.join(self.dir, safe + ".started")
-        self.log = os.path.join(log_dir, "build-%s.log" % safe)
+        self.lock = os.path.join(self.dir, name + ".pid")
+        self.result = os.path.join(self.dir, name + ".rc")
+        self.started = os.path.join(self.dir, name + ".started")
+        self.log = os.path.join(log_dir, "build-%s.log" % name)
 
     def running_pid(self):
         """The running build's process id; the lock's own writer, for the moment between
         taking the lock and the build's shell writing its id into it (-1)."""
-        return _lock_holder(self.lock)
+        return lock_holder(self.lock)
 
     def start(self, module, argv, cwd, env):
         """Start the build detached, under the lock; False if another holds the lock."""
@@ -311,7 +257,7 @@ class Build(object):
 
     def finish(self):
         """The ended build's exit code (None while running), releasing the lock."""
-        code = _read(self.result)
+        code = read(self.result)
         if code is None:
             return None
         for path in (self.lock, self.result):
@@ -323,7 +269,7 @@ class Build(object):
         """A lock whose process is gone without a result: a killed build. Remove its lock
         and partial output so that the next start builds again."""
         if os.path.exists(self.lock) and self.running_pid() is None and \
-                _read(self.result) is None:
+                read(self.result) is None:
             os.unlink(self.lock)
             if partial and os.path.exists(partial):
                 os.unlink(partial)
@@ -336,12 +282,12 @@ class Build(object):
             names = os.listdir(self.dir)
         except OSError:
             return False
-        return any(_lock_holder(os.path.join(self.dir, name)) for name in names
+        return any(lock_holder(os.path.join(self.dir, name)) for name in names
                    if name.endswith(".pid") and os.path.join(self.dir, name) != self.lock)
 
     def started_at(self):
         try:
-            return float(_read(self.started))
+            return float(read(self.started))
         except (TypeError, ValueError):
             return None
 
@@ -409,7 +355,7 @@ def main():
     if builder.get("file"):  # the image is a file: a relative one is under the login's home
         p["image"] = _under_home(p["image"])
     cmds = builder_commands(builder, p["image"], p["recipe"], p["context"], p["build_args"])
-    marker = os.path.join(p["log_dir"], ".built", _safe(p["image"]))
+    marker = completion_marker(p["log_dir"], p["image"])
     build = Build(p["log_dir"], p["image"])
     partial = p["image"] + ".partial" if builder.get("file") else None
     result = dict(changed=False, built=False, building=False, image=p["image"],
@@ -434,8 +380,9 @@ def main():
             result["changed"] = True
             if not module.check_mode:
                 module.run_command(cmds["remove"], environ_update=env, cwd=cwd)
-                if os.path.exists(marker):
-                    os.unlink(marker)
+                for path in (marker, marker + ".json"):
+                    if os.path.exists(path):
+                        os.unlink(path)
         module.exit_json(msg="image %s absent" % p["image"], **result)
 
     if exists:
@@ -497,6 +444,8 @@ def main():
                          % (p["image"], code, why, build.log, tail), **result)
     if partial:
         os.rename(partial, p["image"])
+    write_record(p["log_dir"], p["image"], p["runtime"], cmds["remove"], cmds.get("size"),
+                 builder.get("file"), cmds["exists"], builder["exists"].get("listed"))
     with open(marker, "w") as f:
         f.write("%s built in %s s from %s\n" % (p["image"], result["duration_s"], p["recipe"]))
     result["built"] = True

@@ -1,0 +1,306 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: MODAK developers
+# GNU General Public License v3.0+ (see LICENSES/GPL-3.0-or-later.txt or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: modak_images
+short_description: List MODAK's images on an HPC front-end, lease them to runs, prune the unused
+version_added: "0.2.0"
+description:
+  - MODAK builds an image once per recipe (M(modak.modak.modak_image)) and names it by the
+    recipe's hash, so an image whose recipe changed (a newer MODAK, another image variant)
+    stays in the front-end's storage. This module lists the images of an image directory
+    with their last use and size, and removes those no run has used for a while.
+  - A run that uses an image (a job, a search's trial) takes a lease on it before the image
+    is looked for (V(leased)), and gives it back once its job has ended (V(released)); the
+    deploy's roles do both. A lease is a file under O(log_dir)C(/.used); taking or giving
+    one back is the image's last use.
+  - V(pruned) removes each image built by MODAK in O(log_dir) that no run holds a lease on,
+    that no build is running for, and that no run has leased for O(unused_days) days,
+    with the command line its build recorded (C(podman image rm), C(ch-image delete), the
+    SIF file removed), then its completion record. A removal that fails keeps the image
+    and fails the task, naming it, unless the image is gone already (removed by hand). A lease is taken and an image removed
+    under one lock, so a run that leased the image before its removal finds it gone when
+    it looks for it, and builds it again.
+  - A lease older than O(stale_days) (its deploy never waited for its job, or was lost) no
+    longer keeps its image; the listing names it as stale.
+  - An image that an older MODAK built (no record of how to remove it) is listed and kept
+    until a run uses it again (its lease then records how, given O(runtime) and O(builder)).
+  - Uses only the Python standard library, so that it runs with a front-end's own Python.
+options:
+  log_dir:
+    description: The image directory (the target's C(image_dir); M(modak.modak.modak_image)'s O(log_dir)).
+    type: path
+    required: true
+  state:
+    description:
+      - V(listed) only lists; V(leased) and V(released) take and give back O(run)'s lease
+        on O(image); V(pruned) removes the unused images (in check mode, lists those it
+        would remove).
+    type: str
+    choices: [listed, leased, released, pruned]
+    default: listed
+  image:
+    description: The image reference (as M(modak.modak.modak_image) was given it), for V(leased) and V(released).
+    type: str
+  file:
+    description: The image is a file (Apptainer's SIF); a relative path is under the login's home.
+    type: bool
+    default: false
+  run:
+    description: The run that uses the image (its run id), for V(leased) and V(released).
+    type: str
+  run_dir:
+    description: The run's directory on the front-end, kept with its lease for the listing.
+    type: str
+    default: ""
+  runtime:
+    description: The container runtime's name, recorded for an image an older MODAK built (V(leased)).
+    type: str
+  builder:
+    description:
+      - The runtime backend's image commands (the plan's C(image.builder)), from which
+        V(leased) records how to remove an image an older MODAK built.
+    type: dict
+  unused_days:
+    description: V(pruned) removes an image no run has leased for this many days (a fraction is allowed).
+    type: float
+    default: 30
+  stale_days:
+    description: A lease older than this many days no longer keeps its image.
+    type: float
+    default: 14
+author:
+  - MODAK developers (@modak)
+notes:
+  - Supports check mode; V(pruned) then removes nothing and returns what it would remove.
+"""
+
+EXAMPLES = r"""
+- name: Remove the images no run has used for 30 days
+  modak.modak.modak_images:
+    log_dir: ~/modak-images
+    state: pruned
+    unused_days: 30
+"""
+
+RETURN = r"""
+images:
+  description:
+    - The images of O(log_dir) (before V(pruned) removed any), each with C(image),
+      C(runtime), C(built_at) and C(last_used) (seconds since the epoch), C(unused_days),
+      C(size_bytes) (null where the runtime has no size command), C(leases) (C(run),
+      C(run_dir), C(age_days), C(stale)), C(building), C(removable) and C(why) (why it
+      is kept, or that it would go).
+  returned: always
+  type: list
+  elements: dict
+lines:
+  description: The listing as text, a line an image (what V(pruned) did to it included).
+  returned: always
+  type: list
+  elements: str
+removed:
+  description: The images V(pruned) removed (in check mode, would remove).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import os
+import pwd
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
+    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, write_record)
+
+
+def _under_home(path):
+    return path if os.path.isabs(path) else os.path.join(pwd.getpwuid(os.getuid()).pw_dir, path)
+
+
+def _size(module, image, record):
+    if record.get("file"):
+        try:
+            return os.path.getsize(image)
+        except OSError:
+            return None
+    argv = record.get("size")
+    if not argv:
+        return None
+    rc, out, dummy = module.run_command(argv)
+    out = out.strip()
+    return int(out) if rc == 0 and out.isdigit() else None
+
+
+def _valid_argv(argv):
+    return isinstance(argv, list) and argv and all(isinstance(w, str) and w for w in argv)
+
+
+def survey(module, log_dir, leases, unused_s, stale_s):
+    """Every image built in ``log_dir``, with why it is kept or may go."""
+    now, out = time.time(), []
+    for image, record, built_at in built(log_dir):
+        held = leases.held(image)
+        live = [h for h in held if h[2] < stale_s]
+        times = [t for t in (leases.last_use(image), built_at) if t is not None]
+        last = max(times) if times else None
+        unused = (now - last) if last else None
+        building = lock_holder(build_lock(log_dir, image)) is not None
+        record = record or {}
+        if not record:
+            why = ("kept: built by an older MODAK, which kept no record of how to remove it "
+                   "(a run that uses it records it; or remove it with modak_image "
+                   "state=absent)")
+        elif not _valid_argv(record.get("remove")):
+            why = "kept: its record's remove command is not a list of words"
+        elif building:
+            why = "kept: a build of it is running"
+        elif live:
+            why = "kept: in use by %d run(s)" % len(live)
+        elif unused is not None and unused < unused_s:
+            why = "kept: used %.1f days ago" % (unused / DAY_S)
+        else:
+            why = "unused for %.1f days" % ((unused or 0) / DAY_S)
+        out.append(dict(
+            image=image, runtime=record.get("runtime"), built_at=built_at, last_used=last,
+            unused_days=None if unused is None else round(unused / DAY_S, 2),
+            size_bytes=_size(module, image, record) if record else None,
+            leases=[dict(run=r, run_dir=d, age_days=round(a / DAY_S, 2), stale=a >= stale_s)
+                    for r, d, a in held],
+            building=building, removable=not why.startswith("kept"), why=why,
+            remove=record.get("remove"), exists=record.get("exists"),
+            listed=record.get("listed")))
+    return out
+
+
+def _gone(module, entry):
+    """Whether the image is no longer there (removed by hand, say), by its record's
+    ``exists`` command; False where the record has none."""
+    if not _valid_argv(entry["exists"]):
+        return False
+    rc, out, dummy = module.run_command(entry["exists"])
+    if entry["listed"]:
+        return rc == 0 and entry["image"] not in out.split()
+    return rc != 0
+
+
+def _bytes(n):
+    if n is None:
+        return "size unknown"
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return ("%d %s" if unit == "B" else "%.1f %s") % (n, unit)
+        n /= 1000.0
+
+
+def line(entry):
+    """One image, as a person reads it."""
+    last = ("last used %.1f days ago" % entry["unused_days"]
+            if entry["unused_days"] is not None else "never used")
+    live = [lease for lease in entry["leases"] if not lease["stale"]]
+    stale = len(entry["leases"]) - len(live)
+    held = "; held by %s" % ", ".join(lease["run_dir"] or lease["run"] for lease in live) \
+        if live else ""
+    if stale:
+        held += "; %d stale lease(s), older than stale_days" % stale
+    return "%s (%s, %s): %s%s: %s" % (entry["image"], entry["runtime"] or "runtime unknown",
+                                       _bytes(entry["size_bytes"]), last, held, entry["why"])
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            log_dir=dict(type="path", required=True),
+            state=dict(type="str", default="listed",
+                       choices=["listed", "leased", "released", "pruned"]),
+            image=dict(type="str"),
+            file=dict(type="bool", default=False),
+            run=dict(type="str"),
+            run_dir=dict(type="str", default=""),
+            runtime=dict(type="str"),
+            builder=dict(type="dict"),
+            unused_days=dict(type="float", default=30.0),
+            stale_days=dict(type="float", default=14.0),
+        ),
+        required_if=[("state", "leased", ("image", "run")),
+                     ("state", "released", ("image", "run"))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["unused_days"] < 0 or p["stale_days"] < 0:
+        module.fail_json(msg="unused_days and stale_days cannot be negative")
+    log_dir = p["log_dir"]
+    image = p["image"] and (_under_home(p["image"]) if p["file"] else p["image"])
+    result = dict(changed=False, images=[], removed=[], lines=[])
+    if p["state"] in ("leased", "released"):
+        if module.check_mode:
+            result["changed"] = True
+            module.exit_json(msg="would %s %s for %s" % (
+                "lease" if p["state"] == "leased" else "release", image, p["run"]), **result)
+        with Leases(log_dir) as leases:
+            if p["state"] == "released":
+                result["changed"] = leases.give_back(image, p["run"])
+                module.exit_json(msg="%s released by %s" % (image, p["run"]), **result)
+            leases.take(image, p["run"], p["run_dir"])
+            builder = p["builder"]
+            # an image an older MODAK built: record how to remove it now
+            cmds = dict((what, ((builder or {}).get(what) or {}).get("argv"))
+                        for what in ("remove", "size", "exists"))
+            if p["runtime"] and _valid_argv(cmds["remove"]) and \
+                    os.path.exists(marker(log_dir, image)) and \
+                    not os.path.exists(marker(log_dir, image) + ".json"):
+                cmds = dict((what, fill(argv, image) if _valid_argv(argv) else None)
+                            for what, argv in cmds.items())
+                write_record(log_dir, image, p["runtime"], cmds["remove"], cmds["size"],
+                             p["file"], cmds["exists"], (builder.get("exists") or {}).get("listed"))
+        result["changed"] = True
+        module.exit_json(msg="%s leased by %s" % (image, p["run"]), **result)
+
+    if not os.path.isdir(log_dir):
+        result["lines"] = ["no MODAK images in %s (no such directory)" % log_dir]
+        module.exit_json(msg=result["lines"][0], **result)
+    with Leases(log_dir) as leases:
+        images = survey(module, log_dir, leases, p["unused_days"] * DAY_S,
+                        p["stale_days"] * DAY_S)
+        errors = []
+        if p["state"] == "pruned":
+            for entry in images:
+                if not entry["removable"]:
+                    continue
+                if module.check_mode:
+                    entry["why"] = "would be removed: " + entry["why"]
+                else:
+                    rc, out, err = module.run_command(entry["remove"])
+                    if rc != 0 and not _gone(module, entry):
+                        errors.append("%s: %s" % (entry["image"], (err or out).strip()[-300:]))
+                        entry["why"] = "kept: its removal failed"
+                        continue
+                    for path in (marker(log_dir, entry["image"]),
+                                 marker(log_dir, entry["image"]) + ".json"):
+                        if os.path.exists(path):
+                            os.unlink(path)
+                    leases.forget(entry["image"])
+                    entry["why"] = "removed: " + entry["why"]
+                result["removed"].append(entry["image"])
+    for entry in images:
+        for key in ("remove", "exists", "listed"):
+            entry.pop(key)
+    result["lines"] = [line(e) for e in images] or ["no MODAK images in %s" % log_dir]
+    result.update(images=images, changed=bool(result["removed"]) and not module.check_mode)
+    if errors:
+        module.fail_json(msg="could not remove %d image(s): %s" % (len(errors), "; ".join(errors)),
+                         **result)
+    module.exit_json(msg="%d image(s)%s" % (len(images), ", %d %sremoved" % (
+        len(result["removed"]), "would be " if module.check_mode else "")
+        if p["state"] == "pruned" else ""), **result)
+
+
+if __name__ == "__main__":
+    main()

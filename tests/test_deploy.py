@@ -91,6 +91,20 @@ def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
     # 3 warm-up steps of the script and its 20 (the runtime counts every optimizer step)
     assert len(rows) == 1 and rows[0]["source"] == "deploy" and rows[0]["steps"] == 23
     assert rows[0]["image"] == "pytorch-2.13.0-cpu" and rows[0]["s_per_step"] > 0
+    # the run leased its image before looking for it and gave the lease back when its job
+    # ended: the listing (playbooks/images.yml) has the image, used just now
+    plan = json.loads(next((deploy.tmp / "plans").glob("*/plan.json")).read_text())
+    ref, safe = plan["image"]["reference"], re.sub(r"[^A-Za-z0-9_.-]", "_",
+                                                   plan["image"]["reference"])
+    used = pathlib.Path("/home/hpcuser/modak-images/.used")
+    assert (used / f"{safe}.last").stat().st_mtime > time.time() - 600
+    assert not (used / safe / plan["run_id"]).exists()
+    listing = subprocess.run(["ansible-playbook", "-i", "inventories/local",
+                              "playbooks/images.yml"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+    ok(listing)
+    assert re.search(r'"%s \(podman, [\d.]+ GB\): last used 0\.0 days ago' % re.escape(ref),
+                     listing.stdout), listing.stdout[-3000:]
 
     # two more deploys of the run at once: nothing submitted, recorded or fetched twice
     # (one of them without a wheelhouse: an image that exists needs none)
@@ -606,6 +620,48 @@ def test_an_interrupted_build_goes_on_and_the_next_run_attaches_to_it(frontend, 
     log = (pathlib.Path(build_dir) / f"build-localhost_modak-test_build_{tag}.log").read_text()
     assert log.count("$ podman build") == 1  # one build, not two
     _as_frontend_user(f"podman image rm -f localhost/modak-test/build:{tag}; rm -rf {build_dir}")
+
+
+def test_the_images_playbook_prunes_an_image_no_run_holds(frontend, tmp_path):
+    """A Podman image built by modak_image, leased by a run: the prune keeps it while the
+    lease is held, and removes it from Podman's store once the lease is given back."""
+    tag = "t" + uuid.uuid4().hex[:8]
+    build_dir = f"/home/hpcuser/modak-test-prune-{tag}"
+    image = f"localhost/modak-test/build:{tag}"
+    play = tmp_path / "build.yml"
+    play.write_text(BUILD_PLAY % {"dir": build_dir, "tag": tag, "first": 0})
+    env = dict(os.environ, ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+
+    def run(*argv):
+        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=300)
+        ok(proc)
+        return proc.stdout
+
+    def lease(state):
+        run("ansible", "frontend", "-i", "inventories/local", "-m", "modak.modak.modak_images",
+            "-a", json.dumps({"log_dir": build_dir, "state": state, "image": image,
+                              "run": "r-test", "run_dir": f"{build_dir}/job-r-test"}))
+
+    prune = ["ansible-playbook", "-i", "inventories/local", "playbooks/images.yml", "-e",
+             f"modak_image_dir={build_dir}", "-e", "modak_prune=true", "-e",
+             "modak_unused_days=0"]
+    try:
+        run("ansible-playbook", "-i", "inventories/local", str(play))
+        lease("leased")
+        kept = run(*prune)
+        assert re.search(r'"%s \(podman, [\d.]+ [kMG]?B\): last used 0\.0 days ago; held by '
+                         r'%s/job-r-test: kept: in use by 1 run\(s\)"' % (re.escape(image),
+                                                                       build_dir), kept), kept
+        assert _as_frontend_user(f"podman image exists {image}").returncode == 0
+        lease("released")
+        gone = run(*prune)
+        assert re.search(r'"%s \(podman, [\d.]+ [kMG]?B\): last used 0\.0 days ago: removed: '
+                         r'unused for 0\.0 days"' % re.escape(image), gone), gone
+        assert _as_frontend_user(f"podman image exists {image}").returncode == 1
+        assert "no MODAK images in" in run(*prune[:-4])  # (listed only)
+    finally:
+        _as_frontend_user(f"podman image rm -f {image}; rm -rf {build_dir}")
 
 
 def _working_containers():

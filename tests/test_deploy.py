@@ -736,9 +736,13 @@ def test_a_scheduler_outage_and_an_ssh_drop_during_the_wait_end_in_the_real_stat
     import threading
     state = os.environ.get("MODAK_FRONTEND_STATE", "/var/tmp/modak-frontend")
     result = {}
-    inputs = {"job_name": "mnist-faults", "steps": "1500"}
+    # long enough to outlast the faults below, 61 s from its start, on a faster machine too
+    # (600 steps took 80 s here on a quiet one), and waited for long enough on a busy one
+    # (1500 steps ran past a 600 s wait beside the suite's other worker)
+    inputs = {"job_name": "mnist-faults", "steps": "1000"}
     runner = threading.Thread(target=lambda: result.update(
-        proc=deploy(inputs=inputs, modak_job_poll=3, modak_job_retries=8)))
+        proc=deploy(inputs=inputs, modak_job_poll=3, modak_job_retries=8,
+                    modak_job_timeout=1500)))
     runner.start()
     deadline = time.time() + 300
     while time.time() < deadline:  # the job runs
@@ -765,7 +769,7 @@ def test_a_scheduler_outage_and_an_ssh_drop_during_the_wait_end_in_the_real_stat
     finally:
         subprocess.run(["/usr/sbin/sshd", "-f", f"{state}/sshd_config", "-E",
                         f"{state}/sshd.log"], check=True)
-    runner.join(900)
+    runner.join(1800)
     proc = result["proc"]
     ok(proc)
     assert re.search(r"^\[frontend\] job \d+ UNKNOWN \(squeue: the scheduler did not answer",

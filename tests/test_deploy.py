@@ -62,8 +62,6 @@ def deploy(tmp_path, frontend, fitted_model):
     shutil.rmtree(run.work, ignore_errors=True)
 
 
-
-
 def _recap(out: str) -> dict:
     m = re.search(r"frontend\s+:\s+(.*)", out.split("PLAY RECAP")[-1])
     return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))} if m else {}
@@ -74,7 +72,6 @@ def _task(out: str, name: str) -> str:
     block = out.split(f"{name}]")[1] if f"{name}]" in out else ""
     m = re.search(r"^(ok|changed|skipping|fatal|FAILED)", block.split("TASK [")[0], re.M)
     return m.group(1) if m else ""
-
 
 
 def test_slurm_podman_end_to_end_then_nothing_twice(deploy):
@@ -260,9 +257,6 @@ def test_a_cancelled_job_ends_cancelled(deploy):
     assert next((deploy.tmp / "results").glob("*/mnist-cancel.out")).exists()
 
 
-
-
-
 def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
     """autotune.yml: the budgeted search whatever the model says (this workload it knows),
     round 1 the candidates and stock for 8 steps, round 2 the better half and stock for 16
@@ -329,7 +323,6 @@ def test_autotune_searches_then_runs_the_job_with_its_choice_once(deploy):
     ok(again)
     assert deploy.store.count() == len(rows)
     assert _task(again.stdout, "Submit the job (once per run)") == "ok", again.stdout[-3000:]
-
 
 
 def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):

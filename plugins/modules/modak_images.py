@@ -210,8 +210,8 @@ def line(entry):
         if live else ""
     if stale:
         held += "; %d stale lease(s), older than stale_days" % stale
-    return "%s (%s, %s): %s%s: %s" % (entry["image"], entry["runtime"] or "runtime unknown",
-                                       _bytes(entry["size_bytes"]), last, held, entry["why"])
+    what = "%s, %s" % (entry["runtime"] or "runtime unknown", _bytes(entry["size_bytes"]))
+    return "%s (%s): %s%s: %s" % (entry["image"], what, last, held, entry["why"])
 
 
 def main():

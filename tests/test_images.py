@@ -94,8 +94,9 @@ def test_a_built_image_records_how_to_remove_it_and_is_listed(images):
 
 def test_the_prune_removes_what_no_run_holds_or_used_lately(images):
     held, idle, recent = images("held"), images("idle"), images("recent")
-    lease = images.call("leased", image=held, run="r1", run_dir="/runs/job-r1", file=True)
-    assert lease["rc"] == 0 and lease["changed"], lease
+    lease = images.call("leased", image=held, run="r1", run_dir="/runs/job-r1", file=True,
+                        runtime="files", builder=BUILDER)
+    assert lease["rc"] == 0 and lease["changed"] and lease["exists"] is True, lease
     for image in (held, idle):  # built 40 days ago, not used since
         age(images.dir / ".built" / safe(image), 40)
     age(images.dir / ".used" / (safe(held) + ".last"), 40)
@@ -115,6 +116,11 @@ def test_the_prune_removes_what_no_run_holds_or_used_lately(images):
     assert "held by /runs/job-r1" in next(ln for ln in out["lines"] if ln.startswith(held))
     left = images.call()
     assert sorted(by_image(left)) == ["held.sif", "recent.sif"]  # its record went too
+    # a run that leases it now is told it is not there: it builds it again
+    again = images.call("leased", image=idle, run="r3", file=True, runtime="files",
+                        builder=BUILDER)
+    assert again["rc"] == 0 and again["exists"] is False, again
+    images.call("released", image=idle, run="r3", file=True)
     # its job ended: the lease is given back, and the image's last use is now
     back = images.call("released", image=held, run="r1", file=True)
     assert back["changed"] and not images.call("released", image=held, run="r1",

@@ -100,6 +100,13 @@ def fill(argv, image):
     return _fill(argv, {"image": image}, [])
 
 
+def present(run_command, exists, listed, image, env=None, cwd=None):
+    """Whether the builder has the image: its ``exists`` command line succeeds (``listed``:
+    and its output names the image). ``run_command``: an AnsibleModule's."""
+    rc, out, dummy = run_command(exists, environ_update=env, cwd=cwd)
+    return rc == 0 and (not listed or image in out.split())
+
+
 def marker(log_dir, image):
     return os.path.join(log_dir, ".built", safe(image))
 

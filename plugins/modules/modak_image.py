@@ -153,7 +153,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
-    builder_commands, lock_holder, marker as completion_marker, read, safe, write_record)
+    builder_commands, lock_holder, marker as completion_marker, present, read, safe,
+    write_record)
 
 
 STEP = re.compile(r"^(STEP \d+/\d+: .*|\d+\. .*|INFO: .*)$")
@@ -364,19 +365,15 @@ def main():
     cwd = os.path.dirname(p["recipe"]) if builder["build"].get("cwd") == "recipe_dir" \
         else p["context"]
 
-    def exists_now():
-        rc, out, dummy = module.run_command(cmds["exists"], environ_update=env, cwd=cwd)
-        if builder["exists"].get("listed"):  # the image is there when the output names it
-            rc = 0 if rc == 0 and p["image"] in out.split() else 1
-        return rc == 0, rc == 0 and os.path.exists(marker)
-
-    present, exists = exists_now()
+    there = present(module.run_command, cmds["exists"], builder["exists"].get("listed"),
+                    p["image"], env, cwd)
+    exists = there and os.path.exists(marker)
     result["exists"] = exists
     if p["state"] == "absent":
         if build.running_pid():
             module.fail_json(msg="image %s is being built now (process %d); not removed"
                              % (p["image"], build.running_pid()), **result)
-        if present or os.path.exists(marker):
+        if there or os.path.exists(marker):
             result["changed"] = True
             if not module.check_mode:
                 module.run_command(cmds["remove"], environ_update=env, cwd=cwd)

@@ -16,9 +16,9 @@ description:
     recipe's hash, so an image whose recipe changed (a newer MODAK, another image variant)
     stays in the front-end's storage. This module lists the images of an image directory
     with their last use and size, and removes those no run has used for a while.
-  - A run that uses an image (a job, a search's trial) takes a lease on it before the image
-    is looked for (V(leased)), and gives it back once its job has ended (V(released)); the
-    deploy's roles do both. A lease is a file under O(log_dir)C(/.used); taking or giving
+  - A run that uses an image (a job, a search's trial) takes a lease on it before it builds
+    or uses the image (V(leased), which says whether the image is there now), and gives it
+    back once its job has ended (V(released)); the deploy's roles do both. A lease is a file under O(log_dir)C(/.used); taking or giving
     one back is the image's last use.
   - V(pruned) removes each image built by MODAK in O(log_dir) that no run holds a lease on,
     that no build is running for, and that no run has leased for O(unused_days) days,
@@ -65,7 +65,8 @@ options:
   builder:
     description:
       - The runtime backend's image commands (the plan's C(image.builder)), from which
-        V(leased) records how to remove an image an older MODAK built.
+        V(leased) says whether the image is there (RV(exists)) and records how to remove
+        an image an older MODAK built.
     type: dict
   unused_days:
     description: V(pruned) removes an image no run has leased for this many days (a fraction is allowed).
@@ -105,6 +106,13 @@ lines:
   returned: always
   type: list
   elements: str
+exists:
+  description:
+    - Whether the image is there now (its completion record and the builder's C(exists)),
+      once O(run) holds its lease, so that no prune removes it after this answer; a run
+      builds it when it is not.
+  returned: with V(leased), when O(builder) has an C(exists) command
+  type: bool
 removed:
   description: The images V(pruned) removed (in check mode, would remove).
   returned: always
@@ -118,7 +126,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
-    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, write_record)
+    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, present, write_record)
 
 
 def _under_home(path):
@@ -183,12 +191,8 @@ def survey(module, log_dir, leases, unused_s, stale_s):
 def _gone(module, entry):
     """Whether the image is no longer there (removed by hand, say), by its record's
     ``exists`` command; False where the record has none."""
-    if not _valid_argv(entry["exists"]):
-        return False
-    rc, out, dummy = module.run_command(entry["exists"])
-    if entry["listed"]:
-        return rc == 0 and entry["image"] not in out.split()
-    return rc != 0
+    return _valid_argv(entry["exists"]) and not present(
+        module.run_command, entry["exists"], entry["listed"], entry["image"])
 
 
 def _bytes(n):
@@ -251,15 +255,20 @@ def main():
             leases.take(image, p["run"], p["run_dir"])
             builder = p["builder"]
             # an image an older MODAK built: record how to remove it now
-            cmds = dict((what, ((builder or {}).get(what) or {}).get("argv"))
-                        for what in ("remove", "size", "exists"))
-            if p["runtime"] and _valid_argv(cmds["remove"]) and \
-                    os.path.exists(marker(log_dir, image)) and \
+            builder = p["builder"] or {}
+            cmds = dict((what, fill(argv, image) if _valid_argv(argv) else None)
+                        for what, argv in ((what, (builder.get(what) or {}).get("argv"))
+                                           for what in ("remove", "size", "exists")))
+            listed = bool((builder.get("exists") or {}).get("listed"))
+            done = os.path.exists(marker(log_dir, image))
+            if p["runtime"] and cmds["remove"] and done and \
                     not os.path.exists(marker(log_dir, image) + ".json"):
-                cmds = dict((what, fill(argv, image) if _valid_argv(argv) else None)
-                            for what, argv in cmds.items())
                 write_record(log_dir, image, p["runtime"], cmds["remove"], cmds["size"],
-                             p["file"], cmds["exists"], (builder.get("exists") or {}).get("listed"))
+                             p["file"], cmds["exists"], listed)
+            # whether the image is there now, leased: a prune removes it no more
+            if cmds["exists"]:
+                result["exists"] = done and present(module.run_command, cmds["exists"], listed,
+                                                    image)
         result["changed"] = True
         module.exit_json(msg="%s leased by %s" % (image, p["run"]), **result)
 

@@ -12,13 +12,12 @@ image directory (``log_dir``, the target's ``image_dir``):
   runtime has it, whether the image is a file): written at the build, and at the first
   use of an image that an older MODAK built;
 - ``.used/SAFE/RUN``: a lease, one a run that uses the image (a job, a search's trial),
-  taken before the image is looked for and released when its job has ended; a lease not
+  taken before the image is built or used and released when its job has ended; a lease not
   released (a deploy that never waited for its job) stops counting after ``stale_days``;
 - ``.used/SAFE.last``: touched when a lease is taken and when it is given back: the
   image's last use;
-- ``.used/.lock``: taken (``flock``) while a lease is written and while an image is
-  removed, so that a run that leased the image before its removal finds it gone when it
-  looks for it, and builds it again.
+- ``.used/.lock``: taken (``flock``) while a lease is written (and the image's presence
+  checked, for the run to build it when it is gone) and while an image is removed.
 
 SAFE is the image reference with every character but letters, digits and ``_.-``
 replaced (:func:`safe`).

@@ -558,6 +558,10 @@ def test_a_data_parallel_script_on_one_node_and_on_several(deploy):
     left = subprocess.run(["squeue", "-h", "-j", stuck.group(1), "-o", "%T"],
                           capture_output=True, text=True)
     assert left.stdout.strip() in ("", "CANCELLED"), left.stdout
+    # and every run of this test gave its image's lease back, the cancelled one too (its
+    # wait failed, with the job ended)
+    leases = pathlib.Path("/home/hpcuser/modak-images/.used").glob("*/*")
+    assert not [p for p in leases if str(deploy.work) in p.read_text()]
 
 
 # ---------------------------------------------------------------------------

@@ -159,7 +159,8 @@ def survey(module, log_dir, leases, unused_s, stale_s):
         live = [h for h in held if h[2] < stale_s]
         times = [t for t in (leases.last_use(image), built_at) if t is not None]
         last = max(times) if times else None
-        unused = (now - last) if last else None
+        # (in days, rounded once: the listing's "last used" and its "why" say the same)
+        unused = round((now - last) / DAY_S, 2) if last else None
         building = lock_holder(build_lock(log_dir, image)) is not None
         record = record or {}
         if not record:
@@ -172,13 +173,13 @@ def survey(module, log_dir, leases, unused_s, stale_s):
             why = "kept: a build of it is running"
         elif live:
             why = "kept: in use by %d run(s)" % len(live)
-        elif unused is not None and unused < unused_s:
-            why = "kept: used %.1f days ago" % (unused / DAY_S)
+        elif unused is not None and unused * DAY_S < unused_s:
+            why = "kept: used %.1f days ago" % unused
         else:
-            why = "unused for %.1f days" % ((unused or 0) / DAY_S)
+            why = "unused for %.1f days" % (unused or 0)
         out.append(dict(
             image=image, runtime=record.get("runtime"), built_at=built_at, last_used=last,
-            unused_days=None if unused is None else round(unused / DAY_S, 2),
+            unused_days=unused,
             size_bytes=_size(module, image, record) if record else None,
             leases=[dict(run=r, run_dir=d, age_days=round(a / DAY_S, 2), stale=a >= stale_s)
                     for r, d, a in held],

@@ -30,6 +30,7 @@ import errno
 import fcntl
 import json
 import os
+import pwd
 import re
 import time
 
@@ -106,6 +107,11 @@ def present(run_command, exists, listed, image, env=None, cwd=None):
     return rc == 0 and (not listed or image in out.split())
 
 
+def under_home(path):
+    """A relative path is under the login's home (a file image's, as the plan names it)."""
+    return path if os.path.isabs(path) else os.path.join(pwd.getpwuid(os.getuid()).pw_dir, path)
+
+
 def marker(log_dir, image):
     return os.path.join(log_dir, ".built", safe(image))
 
@@ -162,8 +168,7 @@ class Leases(object):
             os.makedirs(holders)
         with open(os.path.join(holders, safe(run)), "w") as f:
             f.write("%s\n%s\n" % (image, where))
-        with open(os.path.join(self.dir, safe(image) + ".last"), "w") as f:
-            f.write("%s\n" % image)
+        self._used(image)
 
     def give_back(self, image, run):
         """Release ``run``'s lease of ``image`` (its job has ended: the image's last use is
@@ -172,9 +177,16 @@ class Leases(object):
             os.unlink(os.path.join(self.dir, safe(image), safe(run)))
         except OSError:
             return False
-        with open(os.path.join(self.dir, safe(image) + ".last"), "w") as f:
-            f.write("%s\n" % image)
+        self._used(image)
         return True
+
+    def _last(self, image):
+        return os.path.join(self.dir, safe(image) + ".last")
+
+    def _used(self, image):
+        """The image's last use is now."""
+        with open(self._last(image), "w") as f:
+            f.write("%s\n" % image)
 
     def held(self, image):
         """``image``'s leases: [(run, its run directory, seconds since it was taken)]."""
@@ -193,7 +205,7 @@ class Leases(object):
         return out
 
     def last_use(self, image):
-        return _mtime(os.path.join(self.dir, safe(image) + ".last"))
+        return _mtime(self._last(image))
 
     def forget(self, image):
         """Remove what is kept of ``image``'s use (after the image itself was removed)."""
@@ -202,9 +214,8 @@ class Leases(object):
             os.unlink(os.path.join(holders, name))
         if os.path.isdir(holders):
             os.rmdir(holders)
-        last = os.path.join(self.dir, safe(image) + ".last")
-        if os.path.exists(last):
-            os.unlink(last)
+        if os.path.exists(self._last(image)):
+            os.unlink(self._last(image))
 
 
 def built(log_dir):

@@ -147,14 +147,13 @@ cleaned:
 import errno
 import json
 import os
-import pwd
 import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
     builder_commands, lock_holder, marker as completion_marker, present, read, safe,
-    write_record)
+    under_home, write_record)
 
 
 STEP = re.compile(r"^(STEP \d+/\d+: .*|\d+\. .*|INFO: .*)$")
@@ -325,11 +324,6 @@ def leftovers(module, env, since, spec):
     return found
 
 
-def _under_home(path):
-    """A relative path is under the login's home."""
-    return path if os.path.isabs(path) else os.path.join(pwd.getpwuid(os.getuid()).pw_dir, path)
-
-
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -354,7 +348,7 @@ def main():
         module.fail_json(msg="runtime %s: no builder data (exists, build, remove): pass the "
                          "plan's image builder" % p["runtime"])
     if builder.get("file"):  # the image is a file: a relative one is under the login's home
-        p["image"] = _under_home(p["image"])
+        p["image"] = under_home(p["image"])
     cmds = builder_commands(builder, p["image"], p["recipe"], p["context"], p["build_args"])
     marker = completion_marker(p["log_dir"], p["image"])
     build = Build(p["log_dir"], p["image"])

@@ -121,16 +121,12 @@ removed:
 """
 
 import os
-import pwd
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
-    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, present, write_record)
-
-
-def _under_home(path):
-    return path if os.path.isabs(path) else os.path.join(pwd.getpwuid(os.getuid()).pw_dir, path)
+    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, present, under_home,
+    write_record)
 
 
 def _size(module, image, record):
@@ -242,7 +238,7 @@ def main():
     if p["unused_days"] < 0 or p["stale_days"] < 0:
         module.fail_json(msg="unused_days and stale_days cannot be negative")
     log_dir = p["log_dir"]
-    image = p["image"] and (_under_home(p["image"]) if p["file"] else p["image"])
+    image = p["image"] and (under_home(p["image"]) if p["file"] else p["image"])
     result = dict(changed=False, images=[], removed=[], lines=[])
     if p["state"] in ("leased", "released"):
         if module.check_mode:

@@ -585,6 +585,17 @@ class Session:
             except Exception as exc:  # a broken probe must not hide the run's figures
                 self.effect.setdefault("probe_errors", []).append(repr(exc)[:200])
         self.effect["allocator"] = loaded_allocator()
+        if status == "ok" and not self.step_ends:
+            # a script that trains without an optimizer MODAK sees (torch.func's gradients
+            # applied by hand, say): the model's knobs reached nothing, and were reported
+            # neither applied nor not applied
+            for knob, asked in (("precision", self.config.precision != "fp32"),
+                                ("compiler", self.config.compiler != "off"),
+                                ("channels_last", self.config.channels_last)):
+                if asked and knob not in self.not_applied:
+                    self.refuse(knob, "the script made no optimizer step MODAK counts (a "
+                                "PyTorch torch.optim or a Keras optimizer's): no trained "
+                                "model to apply it to")
         if self.stopped_by:  # which trial cap ended it: MODAK_MAX_STEPS or MODAK_MAX_SECONDS
             self.effect["stopped_by"] = {"steps": "MODAK_MAX_STEPS",
                                          "time": "MODAK_MAX_SECONDS"}[self.stopped_by]

@@ -122,6 +122,9 @@ class _Torch:
         self._roots: list = []  # weak references: see roots
         self.events: Optional[list] = None  # CUDA events, one per step end, on a GPU
         self.compile_mode: Optional[str] = None
+        # how the script compiled its trained module(s) itself (:func:`_script_compiled`,
+        # seen at the first step; "" where it did not)
+        self.script_compile: Optional[str] = None
         self.convention: Optional[str] = None
         # the dtype of an autocast the script itself opened around its trained module's
         # call (seen at the first call of the counted step; "" when it opened none)
@@ -297,7 +300,7 @@ class _Torch:
                 pass
         self.convention = next((CONVENTIONS[m] for m in CONVENTIONS if m in sys.modules), None)
         self.roots = self.trained_modules(params)
-        names = ", ".join(sorted({type(m).__name__ for m in self.roots})) or "none"
+        names = ", ".join(sorted({_module_name(m) for m in self.roots})) or "none"
         s.effect["trained_modules"] = names
         if self.convention:
             s.effect["convention"] = self.convention
@@ -412,6 +415,17 @@ class _Torch:
         if self.counter is not None:
             self.counter.stop()
             self.counter = None
+        if self.script_compile is None and opt is self.primary:
+            # how the script compiled its trained module itself, seen once it has stepped
+            # (it may wrap the module in torch.compile after making its optimizer)
+            self.script_compile = _script_compiled(self.roots) or ""
+            if self.script_compile:
+                s.effect["script_compile"] = self.script_compile
+        if self.compile_mode is not None and self.script_compile:
+            self.compile_mode = None
+            s.refuse("compiler", f"the script compiles {s.effect.get('trained_modules')} "
+                     f"itself ({self.script_compile}), which stands: MODAK's "
+                     "torch.compile is not put over it")
         if self.compile_mode is not None:
             mode, self.compile_mode = self.compile_mode, None
             # a data-parallel wrapper's own forward (its gradient buckets, its logger) is
@@ -513,11 +527,7 @@ class _Torch:
             s.withdraw("onednn", "the script enables oneDNN itself "
                        "(torch.backends.mkldnn.enabled)")
         if s.config.compiler.startswith("torch.compile") and "compiler" in s.applied:
-            try:
-                from torch._dynamo.utils import counters
-                graphs = int(counters["stats"]["unique_graphs"])
-            except Exception:
-                graphs = -1
+            graphs = _dynamo_graphs()
             s.effect["compiled"] = graphs > 0
             s.effect["compiled_graphs"] = graphs
             skipped = dynamo_skipped()
@@ -530,8 +540,61 @@ class _Torch:
                            "compiled, but the module never ran after the first step")
             elif skipped:  # some of it compiled, the rest ran eagerly
                 s.effect["compile_skipped"] = skipped
+        elif self.script_compile:  # (what the script compiled itself: in a stock run too)
+            graphs = _dynamo_graphs()
+            s.effect["compiled"] = graphs > 0 if graphs >= 0 else None
+            s.effect["compiled_graphs"] = graphs
         else:
             s.effect.setdefault("compiled", False)
+
+
+def _dynamo_graphs() -> int:
+    """The graphs Dynamo has compiled in this process (-1: unknown)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:
+        return -1
+
+
+def _module_name(module: Any) -> str:
+    """A trained module's class name; of the module inside a ``torch.compile`` wrapper
+    (``OptimizedModule``), the one the script wrote."""
+    inner = _compiled_inner(module)
+    return type(module if inner is None else inner).__name__
+
+
+def _compiled_inner(module: Any) -> Any:
+    """The module a ``torch.compile`` wrapper (``OptimizedModule``) compiles, or None."""
+    if type(module).__name__ == "OptimizedModule":
+        return getattr(module, "_orig_mod", None)
+    return None
+
+
+def _script_compiled(roots: list) -> Optional[str]:
+    """How the script compiled its trained modules ``roots`` itself before MODAK could:
+    ``torch.compile`` (a wrapper, ``OptimizedModule``, made before or after its optimizer,
+    around a trained module or a data-parallel wrapper of one) or ``Module.compile`` (in
+    place); None where it did not.  Before, such a script's stock run said ``compiled:
+    false``, and MODAK's compiler knob compiled the wrapper a second time."""
+    if not roots:
+        return None
+    if any(_compiled_inner(m) is not None for m in roots):
+        return "torch.compile"
+    if any(getattr(_wrapped(m), "_compiled_call_impl", None) is not None for m in roots):
+        return "Module.compile"
+    if "torch._dynamo.eval_frame" not in sys.modules:  # (no torch.compile in this process)
+        return None
+    ids = {id(m) for m in roots} | {id(_wrapped(m)) for m in roots}
+    with warnings.catch_warnings():  # (isinstance on deprecated lazy objects warns)
+        warnings.simplefilter("ignore")
+        for obj in gc.get_objects():
+            if type(obj).__name__ != "OptimizedModule":
+                continue
+            inner = getattr(obj, "_orig_mod", None)
+            if inner is not None and (id(inner) in ids or id(_wrapped(inner)) in ids):
+                return "torch.compile"
+    return None
 
 
 def dynamo_skipped() -> Optional[str]:

@@ -398,7 +398,9 @@ def test_a_script_that_compiles_its_own_model_still_trains_compiled(tmp_path):
     assert out.splitlines()[-1] != "graphs 0", out
     assert int(out.splitlines()[-1].split()[1]) >= 1
     assert rec["fingerprint"]["flops_per_step"] > 0  # and its first step still counted
-    assert rec["effect"]["trained_modules"] == "OptimizedModule"
+    # (the module the script wrote, not torch.compile's wrapper of it)
+    assert rec["effect"]["trained_modules"] == "Sequential"
+    assert rec["effect"]["script_compile"] == "torch.compile" and rec["effect"]["compiled"]
 
 
 OWN_SETTINGS = """
@@ -444,6 +446,90 @@ def test_a_setting_the_script_makes_itself_is_reported_not_claimed(tmp_path):
     assert "enables oneDNN itself" in na["onednn"]
     assert rec["effect"]["threads"] == 1 and rec["effect"]["onednn"] is True
     assert rec["effect"]["script_autocast"] == "bfloat16"
+
+
+OWN_COMPILE = """
+import sys, torch, torch.nn as nn
+how = sys.argv[1]
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+if how == "before":
+    model = torch.compile(model, backend="eager")
+elif how == "in-place":
+    model.compile(backend="eager")
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+if how == "after":  # (wrapped once its optimizer has the parameters)
+    model = torch.compile(model, backend="eager")
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for _ in range(6):
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("loss", loss.item())
+"""
+
+
+@pytest.mark.parametrize("how, wrapper", [("before", "torch.compile"),
+                                          ("after", "torch.compile"),
+                                          ("in-place", "Module.compile")])
+def test_a_model_the_script_compiles_itself_is_reported_and_not_compiled_again(tmp_path, how,
+                                                                               wrapper):
+    """A script that compiles its model itself (a ``torch.compile`` wrapper made before or
+    after its optimizer, or ``Module.compile`` in place): its stock run records that, and
+    the wrapper's module by its own name; MODAK's compiler knob is reported not applied,
+    not put over the script's, and the script computes what it computes without it."""
+    need("torch")
+    script = tmp_path / "own_compile.py"
+    script.write_text(OWN_COMPILE)
+    rc, stock_out, stock, err = run(script, how)
+    assert rc == 0, err
+    assert stock["effect"]["script_compile"] == wrapper, stock["effect"]
+    assert stock["effect"]["trained_modules"] == "Sequential"
+    # (Module.compile on a plain Sequential traces nothing: Dynamo skips torch.nn's frames)
+    assert stock["effect"]["compiled"] is (wrapper == "torch.compile")
+    assert stock["applied"] == {} and stock["not_applied"] == {}
+    rc, out, rec, err = run(script, how, env={"MODAK_TORCH_COMPILE": "default"})
+    assert rc == 0, err
+    assert out == stock_out
+    assert rec["applied"] == {}, rec["applied"]
+    assert f"compiles Sequential itself ({wrapper})" in rec["not_applied"]["compiler"]
+    assert rec["effect"]["compiled_graphs"] == stock["effect"]["compiled_graphs"]
+
+
+BY_HAND = """
+import torch
+from torch.func import functional_call, grad
+torch.manual_seed(0)
+net = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+params = {k: v.detach() for k, v in net.named_parameters()}
+x, y = torch.randn(64, 10), torch.randn(64, 1)
+def loss_of(p):
+    return ((functional_call(net, p, (x,)) - y) ** 2).mean()
+for step in range(20):  # its own update: no torch.optim optimizer
+    g = grad(loss_of)(params)
+    params = {k: v - 0.01 * g[k] for k, v in params.items()}
+print("loss", loss_of(params).item())
+"""
+
+
+def test_knobs_of_a_script_with_no_optimizer_step_are_reported_not_applied(tmp_path):
+    """A script that applies its gradients by hand (torch.func, no optimizer): the model's
+    knobs reach nothing, and the record says so instead of leaving them unmentioned; the
+    script computes what it computes."""
+    need("torch")
+    script = tmp_path / "by_hand.py"
+    script.write_text(BY_HAND)
+    rc, stock_out, stock, err = run(script)
+    assert rc == 0, err
+    assert stock["not_applied"] == {} and stock["metrics"]["steps"] == 0
+    rc, out, rec, err = run(script, env={"MODAK_PRECISION": "bf16",
+                                         "MODAK_TORCH_COMPILE": "default",
+                                         "MODAK_CHANNELS_LAST": "1"})
+    assert rc == 0, err
+    assert out == stock_out and rec["applied"] == {}
+    assert set(rec["not_applied"]) == {"precision", "compiler", "channels_last"}
+    assert all("no optimizer step" in why for why in rec["not_applied"].values())
 
 
 def test_a_data_parallel_script_trains_compiled_inside_its_wrapper():

@@ -2274,6 +2274,37 @@ def test_threads_the_script_sets_itself_withhold_their_configurations_but_not_st
         make_plan(mnist_request(), predictor=predictor_for(data), run_id="p", force=one)
 
 
+def test_a_script_that_compiles_itself_is_offered_no_compiled_configuration():
+    """A stock run whose script compiled its model itself (the runtime's
+    ``effect.script_compile``): the next plan offers no configuration with MODAK's compiler,
+    there or on any other target or image (its trial would only find the knob not applied),
+    stock and the uncompiled ones stay; a later run whose script no longer compiles lifts
+    it."""
+    def stock(when, **effect):
+        return row("mnist-cnn", "off", 2, "glibc", "fp32", 0.05) | {
+            "run_id": f"own-{when}", "recorded_at": f"2026-11-23T00:00:0{when}+00:00",
+            "raw": json.dumps({"effect": {"compiled": bool(effect), **effect}})}
+    data = pd.concat([synthetic(), pd.DataFrame([stock(1, script_compile="torch.compile")])],
+                     ignore_index=True)
+    plan = make_plan(mnist_request(), predictor=predictor_for(data), run_id="p").plan
+    withheld = [n for n in plan.notes if n.startswith("not offered:")]
+    assert withheld and all("compiler=torch.compile" in n and "was not applied to this script "
+                            "here: the script compiles its model itself (torch.compile)" in n
+                            for n in withheld), withheld
+    offered = [c.configuration for c in plan.candidates]
+    assert offered and all(c.compiler is None for c in offered)
+    assert any(c.precision.value == "fp32" and c.allocator.value == "glibc" for c in offered)
+    # (the script compiles itself wherever it runs: in an image too, on another CPU)
+    elsewhere = make_plan(mnist_request(container_runtime="podman",
+                                        microarchitecture="x86_64_v3"),
+                          predictor=predictor_for(data), run_id="p").plan
+    assert all(c.configuration.compiler is None for c in elsewhere.candidates)
+    later = pd.concat([data, pd.DataFrame([stock(2)])], ignore_index=True)
+    plan = make_plan(mnist_request(), predictor=predictor_for(later), run_id="p").plan
+    assert not [n for n in plan.notes if n.startswith("not offered:")]
+    assert any(c.configuration.compiler is not None for c in plan.candidates)
+
+
 def test_a_failure_the_script_is_to_blame_for_withholds_no_configuration():
     """A round whose every trial failed the same way (a file the run directory lacked):
     stock failed first, then the candidates, the runtime blaming no knob.  None of them is

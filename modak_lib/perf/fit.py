@@ -695,6 +695,12 @@ class FittedModel:
         return self.card.model_dump(mode="json")
 
     def save(self, path: Path) -> None:
+        try:
+            self._save(path)
+        except OSError as exc:  # (a directory that cannot be made, no permission, full disk)
+            raise ModelError(f"{path}: cannot write the model there ({exc.strerror})") from None
+
+    def _save(self, path: Path) -> None:
         import joblib
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
@@ -1187,6 +1193,8 @@ def workload_table(df) -> list[dict[str, Any]]:
                     reasons = json.loads(r["raw"]).get("not_applied", {})
                 except (TypeError, ValueError, AttributeError):
                     pass
+            if r["status"] != "failed":  # (the latest run that ran says it, wherever it ran)
+                refused[("compiler", "*", "every place")] = _script_compiles(r)
             for knob, value in switched.items():
                 if knob in names:
                     refused[(knob, value, spot)] = {
@@ -1206,6 +1214,26 @@ def workload_table(df) -> list[dict[str, Any]]:
         entry["compiling"] = [v for v in compiling.values() if v]
         out.append(entry)
     return out
+
+
+def _script_compiles(r: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """Where the run ``r`` recorded that the script compiles its trained model itself
+    (the runtime's ``effect.script_compile``, in a stock run too): a refusal of MODAK's
+    compiler, whatever its mode (no ``value``), at every place (no place keys: the script
+    compiles itself wherever it runs); else None.  A compiled candidate's trial would only
+    report the knob not applied."""
+    raw = r.get("raw")
+    if not isinstance(raw, str) or '"script_compile"' not in raw:
+        return None
+    try:
+        how = (json.loads(raw).get("effect") or {}).get("script_compile")
+    except (TypeError, ValueError, AttributeError):
+        return None
+    if not how:
+        return None
+    return {"knob": "compiler", "run_id": _plain(r["run_id"]),
+            "reason": f"the script compiles its model itself ({how}), which stands: MODAK's "
+                      "torch.compile is not put over it"}
 
 
 def _compiling(r: dict[str, Any], where: dict[str, Any], spot: tuple,

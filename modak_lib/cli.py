@@ -159,7 +159,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .pipeline import make_plan
     from .readers import read_request
 
-    from .readers.appfiles import application_files, files_digest
+    from .readers.appfiles import application_files, files_digest, unsent_names, unsent_warning
     from .models import Plan
 
     started = time.perf_counter()
@@ -174,6 +174,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"modak: warning: {exc}", file=sys.stderr)
     app_files = tuple(dest for _, dest in pairs)
+    unsent = unsent_warning(unsent_names(request, pairs))
+    if unsent and not args.quiet:
+        print(f"modak: warning: {request.source}: {unsent}", file=sys.stderr)
 
     # with --out, the same request is one run: its plan in DIR is reused (see runs.py)
     pins = key = None

@@ -14,7 +14,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PositiveInt,
                       field_validator, model_validator)
 
 from .validate import (DatasetPath, Email, EnvName, HostName, JobName, MailEvents, NodeFeature,
-                       PackageSpec, QuotedText, SafePath, SchedName, UserName, WallTime, check)
+                       PackageSpec, QuotedText, RelPath, SafePath, SchedName, UserName,
+                       WallTime, check)
 
 COMPILER_MODE = re.compile(r"[a-z][a-z0-9-]{0,47}")
 
@@ -144,7 +145,7 @@ class Application(Strict):
         description="version or specifier: '2.1' matches 2.1.x but never 2.10")
     keras_backend: Optional[Literal["tensorflow", "jax", "torch"]] = None
     executable: SafePath = "python3"
-    script: Optional[SafePath] = None
+    script: Optional[RelPath] = None
     arguments: tuple[QuotedText, ...] = ()
     model: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     dataset: Optional[DatasetPath] = Field(
@@ -168,7 +169,7 @@ class Application(Strict):
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}$",
         description="image the user named (old MODAK 'container_runtime')")
     pip_packages: tuple[PackageSpec, ...] = ()
-    files: tuple[SafePath, ...] = Field(
+    files: tuple[RelPath, ...] = Field(
         (), description="files or directories, relative to the request file, that the run "
         "directory receives with the script (default: the script's directory)")
 

@@ -8,6 +8,7 @@ deliberately narrow: a job name with a newline, ``$(...)``, a backtick or a
 """
 from __future__ import annotations
 
+import posixpath
 import re
 from datetime import timedelta
 from typing import Annotated
@@ -44,6 +45,23 @@ def check_path(value: str, what: str = "path") -> str:
     if ".." in value.split("/"):
         raise ValueError(f"invalid {what} {value!r}: '..' is not allowed")
     return value
+
+
+def check_relative(value: str, what: str = "path") -> str:
+    """A path relative to the request file's directory (the script, ``application.files``):
+    what the run directory receives from it.  An absolute one was taken for a name in that
+    directory (``/etc/passwd`` made the whole request directory, a home perhaps, the run
+    directory's files, and the job ran the front-end's file of that name)."""
+    value = check_path(value, what)
+    if value.startswith("/"):
+        raise ValueError(f"{what} {value!r} must be relative to the request file's directory "
+                         "(the run directory receives it from there), not an absolute path")
+    # (``./train.py`` was read as the directory ``.``, which went to the run directory whole)
+    norm = posixpath.normpath(value)
+    if norm == ".":
+        raise ValueError(f"{what} {value!r} names the request file's directory itself: name "
+                         "the script, or the files and folders the job needs")
+    return norm
 
 
 # where a dataset bound into the container cannot be: the container's own system (a bind
@@ -87,6 +105,7 @@ def _pattern(pattern: re.Pattern[str], what: str):
 JobName = Annotated[str, _pattern(JOB_NAME, "job name")]
 SchedName = Annotated[str, _pattern(SCHED_NAME, "name")]
 SafePath = Annotated[str, AfterValidator(check_path)]
+RelPath = Annotated[str, AfterValidator(check_relative)]
 DatasetPath = Annotated[str, AfterValidator(check_dataset)]
 # Names a shell, the dynamic loader or Python act on at start-up: a value of one of them runs
 # as a command (BASH_ENV, ENV, PROMPT_COMMAND, BASH_FUNC_*), loads code into every process

@@ -259,6 +259,13 @@ CASES = {
     "script-dotdot": ({"r.json": dsl(application={"executable": "python3 ../../x.py"})}, [], R,
                       "'..' is not allowed"),
     "script-dash": ({"r.json": dsl(application={"executable": "-c evil"})}, [], R, None),
+    # (an absolute script was taken for a name in the request's directory: the whole of it,
+    # a home perhaps, went to the run directory, and the job ran the front-end's file)
+    "script-absolute": ({"r.json": dsl(application={"executable": "python3 /etc/passwd"})},
+                        [], R, "'/etc/passwd' must be relative to the request file's"),
+    "files-absolute": ({"r.json": dsl(application={"executable": "python3 train.py",
+                                                   "files": ["/root/.ssh"]})}, [], R,
+                       "application.files"),
     "not-a-mapping": ({"r.json": "[1, 2, 3]"}, [], R, None),
     "version-garbage": ({"r.json": dsl(**{
         "optimisation__app_type-ai_training__ai_framework-pytorch__version": "2.x.y"})}, [], R,

@@ -1867,6 +1867,65 @@ def test_a_top_level_script_takes_the_packages_beside_it_and_no_other_directory(
                    "helpers.py", "ns/tools.py", "plugins/__init__.py", "train.py"]
 
 
+def test_the_script_the_request_names_goes_whatever_its_name_and_nothing_more(tmp_path):
+    """``./train.py`` is ``train.py`` (it was read as the folder ``.``: the whole request
+    directory went to the run directory); a hidden script (``.train.py``), or one in a
+    hidden folder of its package, goes though a folder's walk leaves hidden entries out
+    (the job ran a script its run directory lacked); ``./`` names no script at all."""
+    from modak_lib.errors import InputError
+    from modak_lib.readers.appfiles import application_files
+    from modak_lib.readers.tosca import request_from_nodes
+    for f in ("train.py", ".train.py", "notes.txt", "pkg/t.py", "pkg/.exp/t.py"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("")
+
+    def staged(script):
+        req = request_from_nodes("job", {"application": {"framework": "pytorch",
+                                                         "script": script}},
+                                 "fe", {"scheduler": "local"}, "TOSCA node job", None)
+        return req.application.script, [d for _, d in application_files(req, base=str(tmp_path))]
+
+    assert staged("./train.py") == ("train.py", ["train.py"])
+    assert staged(".train.py") == (".train.py", [".train.py", "train.py"])
+    assert staged("pkg//t.py") == ("pkg/t.py", ["pkg/t.py"])
+    assert staged("pkg/.exp/t.py") == ("pkg/.exp/t.py", ["pkg/.exp/t.py", "pkg/t.py"])
+    with pytest.raises(InputError, match="names the request file's directory itself"):
+        staged("./")
+
+
+def test_files_the_script_names_that_the_run_directory_lacks_are_named(tmp_path):
+    """A script that opens ``labels.txt`` beside it, or reads ``Path("data") / name``,
+    where the request lists no ``application.files``: the run directory has neither, and
+    the plan warns, naming them (a script's and a module's names alike); a name nothing
+    here has (the script's output), a hidden file, a link, and what is sent are not named,
+    nor anything once the request lists its files."""
+    from modak_lib.readers.appfiles import application_files, unsent_names, unsent_warning
+    from modak_lib.readers.tosca import request_from_nodes
+    (tmp_path / "train.py").write_text(
+        "import json, pathlib, helpers\nlabels = open('labels.txt').read()\n"
+        "rows = (pathlib.Path('data') / 'train.csv').read_text()\n"
+        "open('out.csv', 'w')\nopen('.env')\nopen('linked.txt')\nopen('./helpers.py')\n")
+    (tmp_path / "helpers.py").write_text("VOCAB = 'vocab.json'\n")
+    for name in ("labels.txt", "vocab.json", ".env", "data/train.csv"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    (tmp_path / "linked.txt").symlink_to(tmp_path / "labels.txt")
+
+    def unsent(app):
+        req = request_from_nodes("job", {"application": {"framework": "pytorch", **app}},
+                                 "fe", {"scheduler": "local"}, "TOSCA node job", None)
+        files = application_files(req, base=str(tmp_path))
+        return unsent_names(req, files, base=str(tmp_path))
+
+    names = unsent({"script": "train.py"})
+    assert names == ["data", "labels.txt", "vocab.json"], names
+    said = unsent_warning(names)
+    assert said.startswith("the script names 'data', 'labels.txt', 'vocab.json', beside the")
+    assert "list them (with the script) in application.files" in said
+    listed = {"script": "train.py", "files": ["helpers.py", "labels.txt", "vocab.json", "data"]}
+    assert unsent(listed) == [] and unsent_warning([]) is None
+
+
 def test_sigterm_reaches_the_script_even_as_pid_1(tmp_path):
     """In a container the runtime is PID 1, which the kernel shields from signals it has no
     handler for; a wall-time SIGTERM must still end the training, with its record."""

@@ -45,8 +45,11 @@ def _inside(path: Path, base: Path) -> bool:
     return True
 
 
-def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source: str) -> None:
-    if top.is_symlink() or top.name.startswith(".") or top.name in SKIP_DIRS:
+def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source: str,
+          named: bool = False) -> None:
+    """The files of ``top`` (a file, or a directory's tree) into ``out``; hidden entries
+    and :data:`SKIP_DIRS` are left out, unless ``top`` is one the request ``named``."""
+    if top.is_symlink() or (not named and (top.name.startswith(".") or top.name in SKIP_DIRS)):
         return
     if top.is_file():
         if top.suffix not in (".pyc", ".pyo"):
@@ -60,17 +63,25 @@ def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source:
                              source)
 
 
+def _syntax_tree(path: Path) -> Optional[ast.AST]:
+    """A Python file's syntax tree, read with :mod:`ast`, never run; None for one that
+    does not parse, cannot be read, or is larger than :data:`MAX_SOURCE_BYTES`."""
+    try:
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            return None
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
 def imported_names(paths: list[Path]) -> set[str]:
     """The top-level names the Python files ``paths`` import (``import a.b``, ``from a.b
     import c``: ``a``), read with :mod:`ast`, never run; a file that does not parse (or is
     too large) names none, and relative imports name nothing beside the script."""
     names: set[str] = set()
     for path in paths:
-        try:
-            if path.stat().st_size > MAX_SOURCE_BYTES:
-                continue
-            tree = ast.parse(path.read_bytes(), filename=str(path))
-        except (OSError, SyntaxError, ValueError):
+        tree = _syntax_tree(path)
+        if tree is None:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -118,9 +129,11 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
         if app.script:
             script = app.script
             entries.append(("application.script", script))
+        named = len(entries)
     elif app.script:
         script = app.script.split("/", 1)[0]
         entries = [("application.script", script)]
+        named = 1  # (what the request names; the rest is found beside it)
         if "/" not in app.script:  # the modules a top-level script imports from beside it
             modules = [p for p in sorted(base.glob("*.py")) if not p.is_symlink()]
             entries += [("application.script", p.name) for p in modules
@@ -128,7 +141,7 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
             entries += [("application.script", d) for d in packages_beside(base, modules)]
     else:
         return []
-    for field, rel in entries:
+    for i, (field, rel) in enumerate(entries):
         if rel.startswith("/"):
             raise InputError([(field, f"{rel!r}: give a path relative to the request's "
                                "directory")], request.source)
@@ -144,13 +157,76 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
         if path.is_symlink() or not _inside(path, base):
             raise InputError([(field, f"{rel!r} is a symbolic link or leads outside the "
                                "request's directory")], request.source)
-        _walk(path, base, out, field, request.source)
+        _walk(path, base, out, field, request.source, named=i < named)
+    if app.script and not any(dest == app.script for _, dest in out):
+        # the script itself, where its folder's walk left it out (``.train.py``, or a
+        # script inside a hidden folder of its package): the request names it
+        path = base / app.script
+        steps = [base.joinpath(*Path(app.script).parts[:i + 1])
+                 for i in range(len(Path(app.script).parts))]
+        if path.is_file() and not any(s.is_symlink() for s in steps) and _inside(path, base):
+            out.append((str(path), app.script))
     total = sum(os.path.getsize(src) for src, _ in out)
     if total > MAX_BYTES:
         raise InputError([("application.files", f"{total / 2**20:.0f} MiB to copy into the run "
                            f"directory (limit {MAX_BYTES // 2**20} MiB): keep data sets on the "
                            "cluster and pass their paths as arguments")], request.source)
     return sorted(set(out), key=lambda f: f[1])
+
+
+# at most this many names a warning lists (the rest are counted)
+UNSENT_SHOWN = 5
+
+
+def unsent_names(request: JobRequest, files: list[tuple[str, str]],
+                 base: "Optional[str | Path]" = None) -> list[str]:
+    """Names that the Python files going to the run directory (``files``, as
+    :func:`application_files` gives them) write as string constants, and that are files or
+    folders beside the request here, inside its directory, but not going with them: a
+    script's ``open("config.yaml")`` or ``Path("data") / name`` where the request lists no
+    ``application.files``.  The job would not find them (a user's script failed every trial
+    with "No such file" for its ``labels.txt``).  Read with :mod:`ast`, never run; a name
+    the script writes (its output, left here by a run of it) is named too, so the caller
+    warns, never refuses."""
+    base = (Path(base).resolve() if base else None) or request_dir(request)
+    if base is None:
+        return []
+    sent = {dest for _, dest in files}
+    names: set[str] = set()
+    for src, dest in files:
+        tree = _syntax_tree(Path(src)) if dest.endswith(".py") else None
+        if tree is None:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names.add(node.value)
+    out = []
+    for name in sorted(names):
+        rel = os.path.normpath(name) if 0 < len(name) < 256 else ""
+        if not rel or rel == "." or rel.startswith(("/", "-", "..")) or "\n" in rel \
+                or "\0" in rel or any(part.startswith(".") for part in Path(rel).parts):
+            continue
+        if rel in sent or any(d.startswith(rel + "/") for d in sent):
+            continue
+        path = base / rel
+        try:
+            if not path.exists() or path.is_symlink() or not _inside(path, base):
+                continue
+        except (OSError, ValueError):
+            continue
+        out.append(rel)
+    return out
+
+
+def unsent_warning(names: list[str]) -> Optional[str]:
+    """One line for :func:`unsent_names`' answer (None: nothing to say)."""
+    if not names:
+        return None
+    shown = ", ".join(repr(n) for n in names[:UNSENT_SHOWN])
+    more = f" and {len(names) - UNSENT_SHOWN} more" if len(names) > UNSENT_SHOWN else ""
+    return (f"the script names {shown}{more}, beside the request here but not sent to the "
+            "run directory: if the job reads them, list them (with the script) in "
+            "application.files")
 
 
 def tree_files(paths: list[str], source: str = "files") -> list[tuple[str, str]]:

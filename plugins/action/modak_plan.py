@@ -58,7 +58,8 @@ class ActionModule(ActionBase):
             from modak_lib.pipeline import make_plan, with_target
             from modak_lib.readers import read_infra, read_request
             from modak_lib.readers.appfiles import (application_files, files_digest,
-                                                    runtime_files, tree_files)
+                                                    runtime_files, tree_files, unsent_names,
+                                                    unsent_warning)
             from modak_lib.readers.common import load_document
             from modak_lib.readers.tosca import request_from_nodes
             from modak_lib.runs import Pins, file_digest, request_key
@@ -82,6 +83,10 @@ class ActionModule(ActionBase):
                 app_files = tree_files(args["files"])
             else:
                 app_files = application_files(request, base=args["files_dir"])
+                unsent = unsent_warning(unsent_names(request, app_files,
+                                                     base=args["files_dir"]))
+                if unsent:  # (Ansible prints it; the deploy goes on: it may be the output)
+                    result.setdefault("warnings", []).append(unsent)
             digest = files_digest(app_files)
         except ModakError as exc:
             raise AnsibleActionFail("MODAK plan failed:\n%s" % exc)

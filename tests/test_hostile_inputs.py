@@ -267,6 +267,12 @@ CASES = {
                                                    "files": ["/root/.ssh"]})}, [], R,
                        "application.files"),
     "not-a-mapping": ({"r.json": "[1, 2, 3]"}, [], R, None),
+    # a key written twice: the last would win, unseen by a reader of the first
+    "yaml-key-twice": ({"bp.yaml": blueprint("        job_options:\n          job_name: a\n"
+                                             "          job_name: b\n")}, [], R,
+                       "the key 'job_name' is written twice in one mapping (line"),
+    "json-key-twice": ({"r.json": dsl().replace('"job": {', '"job": {"target": {}, ', 1)}, [],
+                       R, "the key 'target' is written twice in one JSON object"),
     "version-garbage": ({"r.json": dsl(**{
         "optimisation__app_type-ai_training__ai_framework-pytorch__version": "2.x.y"})}, [], R,
         "r.json: job.optimisation.app_type-ai_training.ai_framework-*.version: invalid version"),

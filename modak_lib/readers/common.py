@@ -78,6 +78,23 @@ class _LimitedLoader(yaml.SafeLoader):
                                  "refused (an alias bomb?)")
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node, deep=False):  # noqa: D102 (PyYAML's hook)
+        # a key written twice in one mapping: PyYAML keeps the last, unseen by a reader of
+        # the first (``script: train.py`` ... ``script: other.py`` further down); a key a
+        # merge (<<) brings in and the mapping then sets is YAML's override, not a repeat
+        if isinstance(node, yaml.MappingNode):
+            seen: set[tuple[str, str]] = set()
+            for key, _ in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+                    continue
+                ident = (key.tag, key.value)
+                if ident in seen:
+                    raise InputError(f"the key {key.value[:80]!r} is written twice in one "
+                                     f"mapping (line {key.start_mark.line + 1}): refused (the "
+                                     "last would win, unseen by a reader of the first)")
+                seen.add(ident)
+        return super().construct_mapping(node, deep)
+
     def flatten_mapping(self, node):  # noqa: D102 (PyYAML's hook for merge keys <<)
         super().flatten_mapping(node)
         self.merged_pairs = getattr(self, "merged_pairs", 0) + len(node.value)
@@ -119,6 +136,17 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number MODAK accepts")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused where a key is written twice (the last would win unseen)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InputError(f"the key {key[:80]!r} is written twice in one JSON object: "
+                             "refused (the last would win, unseen by a reader of the first)")
+        out[key] = value
+    return out
+
+
 def load_document(path: Path) -> Any:
     """Read a JSON or YAML file within MODAK's limits (size, depth, aliases, numbers);
     every problem becomes an InputError naming the file (and line or field)."""
@@ -135,7 +163,8 @@ def load_document(path: Path) -> Any:
     try:
         if path.suffix.lower() == ".json" or text.lstrip().startswith("{"):
             try:
-                data = json.loads(text, parse_constant=_reject_constant)
+                data = json.loads(text, parse_constant=_reject_constant,
+                                  object_pairs_hook=_unique_keys)
             except json.JSONDecodeError as exc:
                 raise InputError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: "
                                  f"{exc.msg}", str(path)) from None

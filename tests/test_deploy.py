@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -919,6 +920,27 @@ def test_the_frontends_podman_mounts_an_image_rather_than_copying_it(frontend):
     assert " - overlay " in started.stdout and "lowerdir=" in started.stdout, started.stdout
     assert "MODAK scripts/frontend" in _as_frontend_user(
         "cat ~/.config/containers/storage.conf").stdout  # (written by scripts/frontend)
+
+
+def test_a_podman_jobs_container_has_the_nodes_shared_memory(frontend):
+    """A DataLoader with worker processes hands its batches over in /dev/shm, 64 MB in a
+    Podman container by default: a user's 64-image batches of 224x224 failed in the job
+    ("unable to allocate shared memory(shm)") where they ran on the host.  The job script's
+    ``podman run`` (the words MODAK renders, run as the job script runs them) gives the
+    container half the node's memory there, as the host's tmpfs has: 200 MB are written."""
+    from modak_lib.runtimes import RUNTIMES
+    from modak_lib.shell import join
+
+    words = RUNTIMES["podman"].launch("localhost/debian:bookworm", {}, 0)
+    check = ("sh -c 'dd if=/dev/zero of=/dev/shm/batch bs=1M count=200 2>&1 && "
+             "df -k /dev/shm | tail -1'")
+    line = f"MODAK_JOB_TAG=shm-test; {join(words)} {check}"
+    ran = _as_frontend_user(f"bash -c {shlex.quote(line)}")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "200+0 records out" in ran.stdout, ran.stdout
+    size_kb = int(ran.stdout.strip().splitlines()[-1].split()[1])
+    half_kb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2048
+    assert abs(size_kb - half_kb) <= half_kb * 0.01, (size_kb, half_kb)
 
 
 def test_podmans_state_left_by_a_restart_is_reset_by_up(frontend):

@@ -27,6 +27,15 @@ _STOP = f"""\
   [ "${{#ids[@]}}" -eq 0 ] || podman rm --force --time 0 --ignore "${{ids[@]}}" >/dev/null 2>&1"""
 
 
+# /dev/shm as large as the node's own (half its memory, tmpfs's default; a limit, not a
+# reservation), where Podman gives a container 64 MB: a DataLoader with worker processes
+# hands each batch over in shared memory, and a user's 64-image batches of 224x224 failed
+# in the container ("unable to allocate shared memory(shm) ... No space left on device")
+# where they ran on the host.  Apptainer and Charliecloud use the host's /dev/shm; Podman's
+# --ipc=host would too, but fails where the host has no /dev/mqueue (this project's)
+SHM_SIZE = '--shm-size="$(( $(getconf _PHYS_PAGES) * $(getconf PAGE_SIZE) / 2 ))"'
+
+
 class Podman(RuntimeSpec):
     name = "podman"
     recipe_format = "containerfile"
@@ -37,7 +46,7 @@ class Podman(RuntimeSpec):
     def launch(self, image: str, env: dict[str, str], gpus: int,
                passed: tuple[str, ...] = (), data: tuple[str, ...] = ()) -> list[Word]:
         words: list[Word] = ["podman", "run", "--rm", "--pull=never", "--network=host",
-                             Raw(f'--label={LABEL}="$MODAK_JOB_TAG"'),
+                             Raw(SHM_SIZE), Raw(f'--label={LABEL}="$MODAK_JOB_TAG"'),
                              "--volume", Raw(f"{BIND}:{WORKDIR}"), "--workdir", WORKDIR]
         for path in data:  # (podman creates the mount point)
             words += ["--volume", f"{path}:{path}:ro"]

@@ -57,11 +57,11 @@ trap 'modak_on_signal; trap - INT; kill -INT $$' INT
 trap 'modak_on_signal; trap - HUP; kill -HUP $$' HUP
 # This target's figures are not known yet: measure them once (GFLOP/s, bandwidth), in the
 # job's own image and allocation; MODAK's model describes the target by them.
-podman run --rm --pull=never --network=host --label=modak.job="$MODAK_JOB_TAG" --volume "$PWD":/work --workdir /work localhost/modak/pytorch-2.13.0-cpu:0afa485b717d python3 -m modak_runtime.probe --seconds 6 &
+podman run --rm --pull=never --network=host --shm-size="$(( $(getconf _PHYS_PAGES) * $(getconf PAGE_SIZE) / 2 ))" --label=modak.job="$MODAK_JOB_TAG" --volume "$PWD":/work --workdir /work localhost/modak/pytorch-2.13.0-cpu:0afa485b717d python3 -m modak_runtime.probe --seconds 6 &
 modak_child=$!
 wait "$modak_child" || echo "modak: the target's probe failed; the job goes on" >&2
 modak_start=$(date +%s.%N)
-podman run --rm --pull=never --network=host --label=modak.job="$MODAK_JOB_TAG" --volume "$PWD":/work --workdir /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=mnist-cnn --env MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 localhost/modak/pytorch-2.13.0-cpu:0afa485b717d python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300 &
+podman run --rm --pull=never --network=host --shm-size="$(( $(getconf _PHYS_PAGES) * $(getconf PAGE_SIZE) / 2 ))" --label=modak.job="$MODAK_JOB_TAG" --volume "$PWD":/work --workdir /work --env OMP_NUM_THREADS=4 --env MKL_NUM_THREADS=4 --env MODAK_THREADS=4 --env MODAK_TORCH_COMPILE=default --env MODAK_PRECISION=fp32 --env MODAK_WORKLOAD=mnist-cnn --env MODAK_WORKLOAD_KEY=wk-3e73062a3d69b901 localhost/modak/pytorch-2.13.0-cpu:0afa485b717d python3 -m modak_runtime -- workloads/train.py --model mnist-cnn --steps 300 &
 modak_child=$!
 wait "$modak_child"
 modak_rc=$?

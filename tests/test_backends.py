@@ -18,7 +18,10 @@ sys.path.pop(0)
 WITH_IMAGES = sorted(name for name, r in RUNTIMES.items() if r.builder() is not None)
 
 # the runtimes whose image's size is a command's output (a file image's is the file's)
-SIZES = {"podman": ["podman", "image", "inspect", "--format", "{{.Size}}", "localhost/modak/x:1"]}
+SIZES = {"podman": ["podman", "image", "inspect", "--format", "{{.Size}}", "localhost/modak/x:1"],
+         "charliecloud": ["sh", "-c", 'd=$(ch-image gestalt storage-path) && du -sb '
+                          '"$d/img/$(printf %s "$1" | tr "/:" "%+")" | cut -f1', "sh",
+                          "modak/x:1"]}
 # runtime -> (image reference, build argv, exists argv, remove argv), for the recipe
 # /b/recipe, the context /b and the build argument A=1
 BUILDS = {

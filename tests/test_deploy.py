@@ -181,6 +181,15 @@ def test_charliecloud_builds_and_runs(deploy):
     assert plan["runtime"] == "charliecloud"
     assert "ch-run " in next((deploy.tmp / "plans").glob("*/job.sh")).read_text()
     assert re.search(r"job \d+ COMPLETED", proc.stdout)
+    # the listing has its size, from Charliecloud's storage (its own list has none)
+    listing = subprocess.run(["ansible-playbook", "-i", "inventories/local",
+                              "playbooks/images.yml"], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300, env={**os.environ,
+                                                          "MODAK_RUNTIME": "charliecloud"})
+    ok(listing)
+    ref = plan["image"]["reference"]
+    assert re.search(r'"%s \(charliecloud, [\d.]+ [GM]B\): last used 0\.0 days ago'
+                     % re.escape(ref), listing.stdout), listing.stdout[-3000:]
 
 
 def test_a_failing_job_ends_the_playbook_with_its_state_and_logs(deploy):

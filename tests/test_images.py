@@ -163,6 +163,44 @@ def test_an_image_an_older_modak_built_is_kept_until_a_run_records_how_to_remove
     assert out["removed"] == [a] and not os.path.exists(a), out
 
 
+def test_a_record_without_a_size_command_gets_the_builders_at_the_next_lease(images):
+    """An image built when its runtime had no size command (Charliecloud's, before): a run
+    that leases it with a builder that has one records it, so that the listing has its
+    size; the lease keeps what was recorded of removing it."""
+    without = {k: v for k, v in BUILDER.items() if k != "size"}
+    b = images("b", builder=without)
+    path = images.dir / ".built" / (safe(b) + ".json")
+    assert json.loads(path.read_text())["size"] is None
+    images.call("leased", image=b, run="r3", file=False, runtime="files", builder=BUILDER)
+    record = json.loads(path.read_text())
+    assert record["size"] == ["stat", "-c", "%s", b] and record["remove"] == ["rm", "-f", b]
+    (entry,) = images.call("listed")["images"]
+    assert entry["size_bytes"] == os.path.getsize(b)
+
+
+def test_an_image_removed_outside_modak_is_listed_gone_and_its_records_dropped(images):
+    """An image removed by hand (a SIF file deleted, Charliecloud's storage reset): the
+    listing says it is gone, whenever it was last used; the prune drops its records without
+    running its remove command (which would fail); an image a run holds is not looked at."""
+    a, b = images("a"), images("b")
+    os.unlink(a)
+    os.unlink(b)
+    images.call("leased", image=b, run="r4", file=True)
+    listed = by_image(images.call("listed"))
+    assert listed["a.sif"]["gone"] and listed["a.sif"]["why"].startswith("gone: no longer")
+    assert listed["a.sif"]["size_bytes"] is None and listed["a.sif"]["removable"]
+    assert not listed["b.sif"]["gone"] and listed["b.sif"]["why"] == "kept: in use by 1 run(s)"
+    check = images.call("pruned", check=True)
+    assert check["forgotten"] == [a] and check["removed"] == [] and not check["changed"]
+    assert (images.dir / ".built" / safe(a)).exists()
+    out = images.call("pruned")
+    assert out["rc"] == 0 and out["forgotten"] == [a] and out["removed"] == [], out
+    assert out["changed"] and "forgotten: gone" in " ".join(out["lines"])
+    assert not (images.dir / ".built" / safe(a)).exists()
+    assert not (images.dir / ".built" / (safe(a) + ".json")).exists()
+    assert (images.dir / ".built" / safe(b)).exists()  # (held: a run builds it again)
+
+
 def test_a_removal_that_fails_keeps_the_image_and_says_so(images):
     a = images("a", builder=dict(BUILDER, remove={"argv": ["sh", "-c", "echo cannot >&2; "
                                                            "exit 3", "{image}"]}))
@@ -172,9 +210,9 @@ def test_a_removal_that_fails_keeps_the_image_and_says_so(images):
     assert by_image(out)["a.sif"]["why"] == "kept: its removal failed" and out["removed"] == []
     assert os.path.exists(a) and (images.dir / ".built" / safe(a)).exists()
     assert by_image(images.call())["a.sif"]["removable"]  # (tried again by the next prune)
-    os.unlink(a)  # removed by hand: its removal fails, but it is gone, and so are its records
+    os.unlink(a)  # removed by hand: it is gone, and so are its records (no removal tried)
     gone = images.call("pruned", unused_days=30)
-    assert gone["rc"] == 0 and gone["removed"] == [a], gone
+    assert gone["rc"] == 0 and gone["forgotten"] == [a] and gone["removed"] == [], gone
     assert images.call()["images"] == []
 
 

@@ -49,5 +49,10 @@ class Charliecloud(RuntimeSpec):
             "build": {"argv": ["ch-image", "build", "--force", "-t", "{image}", "-f",
                                "{recipe}", "{build_args}", "{context}"], "cwd": "context"},
             "remove": {"argv": ["ch-image", "delete", "{image}"]},
+            # bytes of the image's directory in the builder's storage (ch-image 0.31 names it
+            # IMAGE with '/' as '%' and ':' as '+'; its list says no size)
+            "size": {"argv": ["sh", "-c", 'd=$(ch-image gestalt storage-path) && du -sb '
+                              '"$d/img/$(printf %s "$1" | tr "/:" "%+")" | cut -f1',
+                              "sh", "{image}"]},
             "build_arg": "--build-arg", "build_args": {},
         }

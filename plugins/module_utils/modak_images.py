@@ -218,6 +218,16 @@ class Leases(object):
             os.unlink(self._last(image))
 
 
+def record_of(log_dir, image):
+    """The image's build record in ``log_dir`` (:func:`write_record`), or None."""
+    try:
+        with open(marker(log_dir, image) + ".json") as f:
+            record = json.load(f)
+    except (IOError, OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("image") == image else None
+
+
 def built(log_dir):
     """The images with a completion record in ``log_dir``: [(image, record or None,
     built at)]; the reference is the record's, else the completion line's first word."""

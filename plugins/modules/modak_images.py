@@ -27,6 +27,9 @@ description:
     and fails the task, naming it, unless the image is gone already (removed by hand). A lease is taken and an image removed
     under one lock, so a run that leased the image before its removal finds it gone when
     it looks for it, and builds it again.
+  - An image that is no longer where its runtime keeps images (removed by hand, a reset of
+    Charliecloud's storage), by its record's C(exists) command, and that no run holds, is
+    listed as gone; V(pruned) drops its records (RV(forgotten)), whatever its last use.
   - A lease older than O(stale_days) (its deploy never waited for its job, or was lost) no
     longer keeps its image; the listing names it as stale.
   - An image that an older MODAK built (no record of how to remove it) is listed and kept
@@ -96,8 +99,9 @@ images:
     - The images of O(log_dir) (before V(pruned) removed any), each with C(image),
       C(runtime), C(built_at) and C(last_used) (seconds since the epoch), C(unused_days),
       C(size_bytes) (null where the runtime has no size command), C(leases) (C(run),
-      C(run_dir), C(age_days), C(stale)), C(building), C(removable) and C(why) (why it
-      is kept, or that it would go).
+      C(run_dir), C(age_days), C(stale)), C(building), C(removable), C(gone) (no longer
+      where its runtime keeps images, by its record's C(exists) command, so removed outside
+      MODAK) and C(why) (why it is kept, or that it would go).
   returned: always
   type: list
   elements: dict
@@ -118,6 +122,13 @@ removed:
   returned: always
   type: list
   elements: str
+forgotten:
+  description:
+    - The images V(pruned) found gone (removed outside MODAK) and whose records it
+      dropped, with their leases (in check mode, would drop).
+  returned: always
+  type: list
+  elements: str
 """
 
 import os
@@ -125,8 +136,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
-    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, present, under_home,
-    write_record)
+    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, present, record_of,
+    under_home, write_record)
 
 
 def _size(module, image, record):
@@ -159,7 +170,12 @@ def survey(module, log_dir, leases, unused_s, stale_s):
         unused = round((now - last) / DAY_S, 2) if last else None
         building = lock_holder(build_lock(log_dir, image)) is not None
         record = record or {}
-        if not record:
+        # no longer in the builder's storage (removed outside MODAK: by hand, a reset of
+        # Charliecloud's storage): listed so, and its records dropped at the prune
+        gone = bool(record) and not building and not live and _gone(module, image, record)
+        if gone:
+            why = "gone: no longer where its runtime keeps images (removed outside MODAK)"
+        elif not record:
             why = ("kept: built by an older MODAK, which kept no record of how to remove it "
                    "(a run that uses it records it; or remove it with modak_image "
                    "state=absent)")
@@ -176,20 +192,21 @@ def survey(module, log_dir, leases, unused_s, stale_s):
         out.append(dict(
             image=image, runtime=record.get("runtime"), built_at=built_at, last_used=last,
             unused_days=unused,
-            size_bytes=_size(module, image, record) if record else None,
+            size_bytes=_size(module, image, record) if record and not gone else None,
             leases=[dict(run=r, run_dir=d, age_days=round(a / DAY_S, 2), stale=a >= stale_s)
                     for r, d, a in held],
-            building=building, removable=not why.startswith("kept"), why=why,
+            building=building, removable=not why.startswith("kept"), gone=gone, why=why,
             remove=record.get("remove"), exists=record.get("exists"),
             listed=record.get("listed")))
     return out
 
 
-def _gone(module, entry):
-    """Whether the image is no longer there (removed by hand, say), by its record's
-    ``exists`` command; False where the record has none."""
-    return _valid_argv(entry["exists"]) and not present(
-        module.run_command, entry["exists"], entry["listed"], entry["image"])
+def _gone(module, image, record):
+    """Whether ``image`` is no longer there (removed by hand, say), by its ``record``'s
+    ``exists`` command (a build record, or a listing's entry, which keeps it); False where
+    the record has none."""
+    return _valid_argv(record.get("exists")) and not present(
+        module.run_command, record["exists"], record.get("listed"), image)
 
 
 def _bytes(n):
@@ -239,7 +256,7 @@ def main():
         module.fail_json(msg="unused_days and stale_days cannot be negative")
     log_dir = p["log_dir"]
     image = p["image"] and (under_home(p["image"]) if p["file"] else p["image"])
-    result = dict(changed=False, images=[], removed=[], lines=[])
+    result = dict(changed=False, images=[], removed=[], forgotten=[], lines=[])
     if p["state"] in ("leased", "released"):
         if module.check_mode:
             result["changed"] = True
@@ -250,16 +267,17 @@ def main():
                 result["changed"] = leases.give_back(image, p["run"])
                 module.exit_json(msg="%s released by %s" % (image, p["run"]), **result)
             leases.take(image, p["run"], p["run_dir"])
-            builder = p["builder"]
-            # an image an older MODAK built: record how to remove it now
+            # an image an older MODAK built: record how to remove it now (and one whose
+            # record has no size command, which this MODAK's builder has: Charliecloud's)
             builder = p["builder"] or {}
             cmds = dict((what, fill(argv, image) if _valid_argv(argv) else None)
                         for what, argv in ((what, (builder.get(what) or {}).get("argv"))
                                            for what in ("remove", "size", "exists")))
             listed = bool((builder.get("exists") or {}).get("listed"))
             done = os.path.exists(marker(log_dir, image))
-            if p["runtime"] and cmds["remove"] and done and \
-                    not os.path.exists(marker(log_dir, image) + ".json"):
+            record = record_of(log_dir, image) if done else None
+            if p["runtime"] and cmds["remove"] and done and (
+                    record is None or (cmds["size"] and not record.get("size"))):
                 write_record(log_dir, image, p["runtime"], cmds["remove"], cmds["size"],
                              p["file"], cmds["exists"], listed)
             # whether the image is there now, leased: a prune removes it no more
@@ -281,10 +299,12 @@ def main():
                 if not entry["removable"]:
                     continue
                 if module.check_mode:
-                    entry["why"] = "would be removed: " + entry["why"]
+                    entry["why"] = "would be %s: %s" % (
+                        "forgotten" if entry["gone"] else "removed", entry["why"])
                 else:
-                    rc, out, err = module.run_command(entry["remove"])
-                    if rc != 0 and not _gone(module, entry):
+                    rc, out, err = (0, "", "") if entry["gone"] else \
+                        module.run_command(entry["remove"])
+                    if rc != 0 and not _gone(module, entry["image"], entry):
                         errors.append("%s: %s" % (entry["image"], (err or out).strip()[-300:]))
                         entry["why"] = "kept: its removal failed"
                         continue
@@ -293,18 +313,21 @@ def main():
                         if os.path.exists(path):
                             os.unlink(path)
                     leases.forget(entry["image"])
-                    entry["why"] = "removed: " + entry["why"]
-                result["removed"].append(entry["image"])
+                    entry["why"] = "%s: %s" % ("forgotten" if entry["gone"] else "removed",
+                                               entry["why"])
+                result["forgotten" if entry["gone"] else "removed"].append(entry["image"])
     for entry in images:
         for key in ("remove", "exists", "listed"):
             entry.pop(key)
     result["lines"] = [line(e) for e in images] or ["no MODAK images in %s" % log_dir]
-    result.update(images=images, changed=bool(result["removed"]) and not module.check_mode)
+    result.update(images=images, changed=bool(result["removed"] or result["forgotten"])
+                  and not module.check_mode)
     if errors:
         module.fail_json(msg="could not remove %d image(s): %s" % (len(errors), "; ".join(errors)),
                          **result)
-    module.exit_json(msg="%d image(s)%s" % (len(images), ", %d %sremoved" % (
-        len(result["removed"]), "would be " if module.check_mode else "")
+    would = "would be " if module.check_mode else ""
+    module.exit_json(msg="%d image(s)%s" % (len(images), ", %d %sremoved, %d %sforgotten" % (
+        len(result["removed"]), would, len(result["forgotten"]), would)
         if p["state"] == "pruned" else ""), **result)
 
 

@@ -1768,7 +1768,14 @@ def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the
     assert halving.next_round() is None and halving.stock_broken() == "No module named 'gcn'"
     said = ActionModule._broken(halving, records)
     assert said.startswith("the script failed in stock's trial (No module named 'gcn')")
-    assert said.endswith("the trial's output is that of run rstock")
+    assert said.endswith("the trial's output is that of run rstock; the module is a package "
+                         "the image lacks (list it in application.pip_packages) or one of the "
+                         "user's the run directory lacks (list it in application.files)")
+    other = {"knob": None, "type": "builtins.FileNotFoundError", "message": "labels.txt"}
+    records = [rec(STOCK, other, "rstock")]
+    broken = Halving([STOCK, TCMALLOC], STOCK, job_steps=1000, budget_s=100.0)
+    broken.record([ActionModule._trial(r, Trial, Configuration, STOCK) for r in records])
+    assert ActionModule._broken(broken, records).endswith("that of run rstock")
     # kept across the deploy's calls (the search's state between them)
     again = Halving.from_state(json.loads(json.dumps(halving.state())))
     assert again.stock_broken() == "No module named 'gcn'"

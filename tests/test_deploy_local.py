@@ -62,6 +62,27 @@ def test_the_run_directory_is_under_the_targets_work_dir(tmp_path, work_dir, giv
     assert f"dirs={run_dir}|/home/u/images" in proc.stdout, proc.stdout[-2000:]
 
 
+def test_search_settings_out_of_range_fail_naming_the_deploys_variables(tmp_path):
+    """A budget of nothing (``-e modak_autotune_budget=abc``, which Jinja's float filter
+    reads as 0.0), one step a trial, no candidate: the search fails before it starts,
+    naming each setting with the deploy's variable, and writes no state."""
+    state = tmp_path / "search.json"
+    play = [{"hosts": "localhost", "connection": "local", "gather_facts": False,
+             "tasks": [{"modak.modak.modak_search": {
+                 "plan": {}, "state": str(state), "budget_fraction": 0.0, "first_steps": 1,
+                 "candidates": 0, "loss_tolerance": 0.05}}]}]
+    (tmp_path / "play.yml").write_text(json.dumps(play))
+    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", str(tmp_path / "play.yml")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    for said in ("budget_fraction (the deploy's modak_autotune_budget) must be more than 0",
+                 "first_steps (the deploy's modak_autotune_steps) must be at least 2",
+                 "candidates (the deploy's modak_autotune_k) must be from 1 to 64"):
+        assert said in proc.stdout, proc.stdout[-3000:]
+    assert "loss_tolerance" not in proc.stdout.split("modak_search: ", 1)[1].split("\n")[0]
+    assert not state.exists()
+
+
 @pytest.mark.usefixtures("local_model")
 def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, monkeypatch):
     if not shutil.which("ansible-playbook"):

@@ -27,6 +27,22 @@ DEFAULT_OVERHEAD_S = 10.0
 DEFAULT_JOB_S = 3600.0  # a job that states neither its steps nor its wall time
 
 
+# the search's settings' ranges: argument -> (the deploy's variable, check, what it must be)
+SETTINGS = {
+    "budget_fraction": ("modak_autotune_budget", lambda v: 0 < v <= 10,
+                        "more than 0 and at most 10 (a fraction of the job's expected time)"),
+    "candidates": ("modak_autotune_k", lambda v: 1 <= v <= 64, "from 1 to 64"),
+    "first_steps": ("modak_autotune_steps", lambda v: v >= 2,
+                    "at least 2 (a step time needs two steps)"),
+    "max_rounds": ("modak_autotune_rounds", lambda v: 1 <= v <= 10, "from 1 to 10"),
+    "job_steps": ("modak_job_steps", lambda v: v >= 0, "0 (unknown) or more"),
+    "trial_overhead_s": ("modak_autotune_trial_overhead", lambda v: v >= 0, "0 or more"),
+    "loss_tolerance": ("modak_autotune_loss_tolerance", lambda v: 0 <= v <= 10, "from 0 to 10"),
+    "min_gain": ("modak_autotune_min_gain", lambda v: 0 <= v < 1, "from 0 to below 1"),
+    "scatter": ("modak_autotune_scatter", lambda v: 0 <= v <= 5, "from 0 to 5"),
+}
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
 
@@ -51,6 +67,11 @@ class ActionModule(ActionBase):
                     min_gain=dict(type="float", default=MIN_GAIN),
                     scatter=dict(type="float", default=TRIAL_SCATTER))
         dummy, args = self.validate_argument_spec(spec)
+        bad = ["%s (the deploy's %s) must be %s, not %r" % (name, var, want, args[name])
+               for name, (var, ok, want) in SETTINGS.items()
+               if args[name] is not None and not ok(args[name])]
+        if bad:  # (Jinja's float filter reads "abc" as 0.0: a budget of nothing)
+            raise AnsibleActionFail("modak_search: " + "; ".join(bad))
         plan, path = args["plan"], args["state"]
         if args["cap_for"] is not None:  # the time cap of the round's next trial
             if not os.path.exists(path):

@@ -64,6 +64,11 @@ description:
     same compiler in the same image was stopped at its cap while compiling (its
     C(measured.runtime_s) past its C(measured.startup_s), no step time), unless its own cap
     is 1.5x that trial's C(measured.runtime_s); its share goes to the candidates after it.
+  - Settings out of their range fail the task before anything starts, each named with the
+    deploy's variable that sets it - O(budget_fraction) above 0 and at most 10,
+    O(candidates) from 1 to 64, O(first_steps) at least 2, O(max_rounds) from 1 to 10,
+    O(job_steps) and O(trial_overhead_s) not negative, O(loss_tolerance) from 0 to 10,
+    O(min_gain) from 0 to below 1, O(scatter) from 0 to 5.
 options:
   plan:
     description: The plan (modak_plan's C(plan) return value) whose candidates are searched.

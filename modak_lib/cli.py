@@ -242,6 +242,8 @@ def cmd_model(args: argparse.Namespace) -> int:
         return load_frame(store, extra=args.data)
 
     if args.model_command == "fit":
+        from .files import ensure_dir
+        ensure_dir(path.parent)  # (before a fit of a minute, not after it)
         fitted = pf.fit(data())
         fitted.save(path)
         card = fitted.card

@@ -29,7 +29,12 @@ def ensure_dir(directory: PathLike) -> Path:
     d = Path(directory)
     if d.is_symlink():
         raise UnsafePathError(f"{d}: is a symbolic link; MODAK writes only into a real directory")
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # (a file, not a directory, by that name)
+        raise UnsafePathError(f"{d}: is not a directory") from None
+    except OSError as exc:  # (no such parent, a read-only or special file system)
+        raise UnsafePathError(f"{d}: cannot create it as a directory ({exc.strerror})") from None
     if not d.is_dir():
         raise UnsafePathError(f"{d}: is not a directory")
     return d
@@ -76,9 +81,12 @@ def write_atomic(directory: PathLike, name: str, data: Union[str, bytes],
             with open(path, "rb") as f:
                 if f.read() == raw:
                     return path
-    with _replacing(d, name) as f:
-        f.write(raw)
-        os.fchmod(f.fileno(), mode)
+    try:
+        with _replacing(d, name) as f:
+            f.write(raw)
+            os.fchmod(f.fileno(), mode)
+    except OSError as exc:  # (no permission, a full disk)
+        raise UnsafePathError(f"{path}: cannot write it ({exc.strerror})") from None
     return path
 
 

@@ -234,6 +234,27 @@ def test_wheelhouse_downloads_wheels_for_the_images_python(tmp_path, capsys, mon
         and "pytorch-2.13.0-cpu" in err
 
 
+def test_a_place_to_write_that_cannot_be_made_is_a_one_line_error(tmp_path, capsys):
+    """``--out`` under a file, ``modak init`` into a file, a model file under a file: one
+    line naming the path and why, exit status 2 (they were tracebacks)."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    code, _, _ = _main(capsys, "init", str(tmp_path / "job"))
+    assert code == 0
+    bp, infra = tmp_path / "job" / "blueprint.yaml", tmp_path / "job" / "infra-local.yaml"
+    for args, said in (
+            (["plan", str(bp), "--infra", str(infra), "--model", "none", "--out",
+              str(a_file / "out")], f"{a_file / 'out'}: cannot create it as a directory"),
+            (["plan", str(bp), "--infra", str(infra), "--model", "none", "--out",
+              str(a_file)], f"{a_file}: is not a directory"),
+            (["init", str(a_file / "job")], f"{a_file / 'job'}: cannot create it as a directory"),
+            (["model", "fit", "--model-file", str(a_file / "m.joblib")],
+             f"{a_file}: is not a directory")):
+        code, out, err = _main(capsys, *args)
+        assert code == 2 and len(err.splitlines()) == 1, (args, err)
+        assert err.startswith(f"modak: error: {said}"), (args, err)
+
+
 def test_init_writes_a_starting_point_that_plans_and_never_overwrites(tmp_path, capsys):
     code, out, _ = _main(capsys, "init", str(tmp_path / "job"))
     assert code == 0 and "ansible-playbook modak.modak.deploy -i" in out

@@ -79,6 +79,35 @@ def default_path() -> Path:
     return data_file("MODAK_RESULTS", "results.sqlite")
 
 
+# where what a script failed to import may be listed: said wherever MODAK reports a script's
+# ModuleNotFoundError (the deploy's failure line, stock's failed trial)
+MISSING_MODULE = ("a package the image lacks: list it in application.pip_packages; or a module "
+                  "of the user's the run directory lacks: list it in application.files")
+
+
+def missing_module(text: str) -> bool:
+    """Whether a script's error ``text`` (its type or message) is a module it could not
+    import."""
+    return "ModuleNotFoundError" in text or "No module named" in text
+
+
+def script_failure(error: Any) -> Optional[str]:
+    """A run record's ``error`` as the deploy's failure line says it, ``TYPE: MESSAGE``
+    (with :data:`MISSING_MODULE` for an import that failed); None where the run did not
+    fail in the script itself (no error, one blamed on a knob, one without a message, the
+    runtime's own time cap)."""
+    if not isinstance(error, dict) or error.get("knob") or not error.get("message") \
+            or error.get("type") == "TimeCap":
+        return None
+    kind = str(error.get("type") or "error")
+    kind = kind[len("builtins."):] if kind.startswith("builtins.") else kind
+    message = " ".join(str(error["message"]).split())
+    if len(message) > 300:
+        message = message[:297] + "..."
+    said = f"{kind}: {message}"
+    return f"{said} ({MISSING_MODULE})" if missing_module(f"{kind} {message}") else said
+
+
 def kept(rec: dict[str, Any]) -> bool:
     """Whether the store keeps a figure-of-merit record: a run that measured a step time,
     or one that failed (kept so that its configuration is not offered there again), or one

@@ -1739,6 +1739,31 @@ def test_a_knob_the_script_overrides_fails_a_trial_only_where_it_departs_from_st
     assert halving.next_round() == ([STOCK, BF16], 20)
 
 
+def test_a_scripts_own_failure_is_said_in_one_line_with_where_to_list_a_missing_module():
+    """What the deploy's failure line says of a run's error (modak_record's
+    ``script_failed``): the script's exception as TYPE: MESSAGE, on one line and cut, with
+    where to list a module it could not import; nothing for a failure blamed on a knob or
+    one without a message (the scheduler's)."""
+    from modak_lib.results import MISSING_MODULE, script_failure
+
+    assert script_failure({"knob": None, "type": "builtins.FileNotFoundError",
+                           "message": "[Errno 2] No such file:\n 'labels.txt'"}) \
+        == "FileNotFoundError: [Errno 2] No such file: 'labels.txt'"
+    assert script_failure({"type": "builtins.ModuleNotFoundError",
+                           "message": "No module named 'gcn'"}) \
+        == f"ModuleNotFoundError: No module named 'gcn' ({MISSING_MODULE})"
+    # (an ImportError raised with that message by a package's own guard says it too)
+    assert script_failure({"type": "ImportError", "message": "No module named 'x'"}) \
+        .endswith(f"({MISSING_MODULE})")
+    long = script_failure({"type": "mylib.Error", "message": "x" * 1000})
+    assert long == "mylib.Error: " + "x" * 297 + "..."
+    assert script_failure({"type": None, "message": "died"}) == "error: died"
+    for error in ({"knob": "compiler", "type": "RuntimeError", "message": "inductor"},
+                  {"message": ""}, {"type": "TimeCap", "message": "MODAK_MAX_SECONDS"},
+                  None, "a string"):
+        assert script_failure(error) is None, error
+
+
 def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the_caps_does_not():
     """A script that raises at stock (a user's GCN: "No module named 'gcn'") fails its job
     the same way: the search says so (``script_failed``, with the trial's run) and the deploy
@@ -1768,9 +1793,9 @@ def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the
     assert halving.next_round() is None and halving.stock_broken() == "No module named 'gcn'"
     said = ActionModule._broken(halving, records)
     assert said.startswith("the script failed in stock's trial (No module named 'gcn')")
-    assert said.endswith("the trial's output is that of run rstock; the module is a package "
-                         "the image lacks (list it in application.pip_packages) or one of the "
-                         "user's the run directory lacks (list it in application.files)")
+    assert said.endswith("the trial's output is that of run rstock; a package the image "
+                         "lacks: list it in application.pip_packages; or a module of the "
+                         "user's the run directory lacks: list it in application.files")
     other = {"knob": None, "type": "builtins.FileNotFoundError", "message": "labels.txt"}
     records = [rec(STOCK, other, "rstock")]
     broken = Halving([STOCK, TCMALLOC], STOCK, job_steps=1000, budget_s=100.0)

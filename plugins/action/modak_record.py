@@ -34,7 +34,7 @@ class ActionModule(ActionBase):
         check_library("modak_record")
         try:
             from modak_lib.results import (ResultsStore, StoreError, job_elapsed, kept,
-                                           parse_fom_lines, row_from_fom)
+                                           parse_fom_lines, row_from_fom, script_failure)
             from modak_runtime.record import loss_figures
         except ImportError as exc:
             raise AnsibleActionFail("modak_record needs the modak library on the controller: %s"
@@ -110,6 +110,7 @@ class ActionModule(ActionBase):
         result.update(changed=bool(new), recorded=len(new), store=str(store.path), refit=refit,
                       refitted=refitted,
                       status=last.get("status"), error=last.get("error"),
+                      script_failed=script_failure(last.get("error")),
                       applied=last.get("applied") or {},
                       not_applied=last.get("not_applied") or {},
                       effect=last.get("effect") or {},

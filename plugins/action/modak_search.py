@@ -138,9 +138,8 @@ class ActionModule(ActionBase):
                    None)
         where = ("the trial's output is that of run %s" % run if run
                  else "the trial's output says more")
-        hint = ("; the module is a package the image lacks (list it in "
-                "application.pip_packages) or one of the user's the run directory lacks (list "
-                "it in application.files)" if "No module named" in why else "")
+        from modak_lib.results import MISSING_MODULE, missing_module
+        hint = "; " + MISSING_MODULE if missing_module(why) else ""
         return ("the script failed in stock's trial (%s): a job would fail the same way, so "
                 "none was submitted; %s%s" % (why, where, hint))
 

@@ -122,6 +122,14 @@ error:
       trial stopped at its time cap before it measured a step time, type V(TimeCap).
   returned: when figures were found
   type: dict
+script_failed:
+  description:
+    - The exception the script itself failed with, its type and message (cut at 300
+      characters), and where to list a module it could not import
+      (C(application.pip_packages), C(application.files)), as the deploy's failure line says
+      it. Null where the run did not fail in the script (no error, or one blamed on a knob).
+  returned: when figures were found
+  type: str
 applied:
   description: The knobs the runtime applied, and how.
   returned: when figures were found

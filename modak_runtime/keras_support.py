@@ -2,7 +2,8 @@
 
 When the script imports keras, the runtime sets the mixed-precision dtype policy (before the
 script builds its model), makes ``Model.compile`` use XLA (``jit_compile=True``) when XLA was
-chosen, and times every call of the step function Keras makes for ``fit`` and
+chosen (a script that passes ``jit_compile=True`` itself keeps its own, recorded as
+``effect.script_compile``, and MODAK's is reported not applied), and times every call of the step function Keras makes for ``fit`` and
 ``train_on_batch`` (reading the loss it returns when sampled); a callback added to ``fit``
 notes the start of training.  A script's own loop on the TensorFlow backend (a
 ``GradientTape`` and the optimizer's ``apply_gradients``) is timed too: a step ends where
@@ -80,6 +81,8 @@ class _Keras:
         # other function takes it over); a step function holds its model
         self.step_functions: dict[int, weakref.ref] = {}
         self.function_steps = False  # a tf.function of the script's own applied gradients
+        # whether the script compiled a model with XLA itself (Model.compile's jit_compile)
+        self.script_jit = False
         # those that took a GradientTape's gradient without applying it through a Keras
         # optimizer (a loop that updates its variables itself): steps while no function
         # applied gradients
@@ -138,7 +141,16 @@ class _Keras:
         make_train_function = Model.make_train_function
 
         def compile(model, *args, **kwargs):
-            if me.s.config.compiler == "xla":
+            if _asks_jit(compile_, model, args, kwargs) and not me.script_jit:
+                # the script's own XLA stands, in a stock run too; MODAK's knob would only
+                # repeat it, and a trial of it would measure nothing of its own
+                me.script_jit = True
+                me.s.effect["script_compile"] = "Model.compile(jit_compile=True)"
+                if me.s.config.compiler == "xla":
+                    me.s.withdraw("compiler", "the script compiles its model with XLA itself "
+                                  "(Model.compile(jit_compile=True)), which stands: MODAK's "
+                                  "XLA is not put over it")
+            elif me.s.config.compiler == "xla" and not me.script_jit:
                 kwargs["jit_compile"] = True
                 me.s.applied_knob("compiler", "Model.compile(jit_compile=True)")
             return compile_(model, *args, **kwargs)
@@ -397,6 +409,19 @@ def _note(held: dict[int, weakref.ref], obj: Any) -> None:
     before another object can take its id."""
     key = id(obj)
     held[key] = weakref.ref(obj, lambda _, key=key: held.pop(key, None))
+
+
+def _asks_jit(compile_, model, args: tuple, kwargs: dict) -> bool:
+    """Whether the script's ``Model.compile`` call asks for XLA itself (``jit_compile=True``,
+    by keyword or by position; Keras' default, ``"auto"``, is not asking)."""
+    if "jit_compile" in kwargs:
+        return kwargs["jit_compile"] is True
+    try:
+        import inspect
+        bound = inspect.signature(compile_).bind_partial(model, *args)
+    except (TypeError, ValueError):
+        return False
+    return bound.arguments.get("jit_compile") is True
 
 
 def _facts(model) -> dict[str, Any]:

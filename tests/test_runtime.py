@@ -93,6 +93,32 @@ def test_keras_fit_defaults_reproduce_the_plain_scripts_loss():
     assert rec["metrics"]["timed_steps"] == 12 and rec["metrics"]["warmup_steps"] == 2
 
 
+def test_a_keras_model_the_script_compiles_with_xla_itself_is_reported_and_not_claimed():
+    """``Model.compile(jit_compile=True)`` written by the script: its XLA stands and is
+    recorded (``effect.script_compile``, ``compiled``), in a stock run too; MODAK's XLA is
+    reported not applied over it (it only repeated the script's, and claimed it), which
+    the planner reads as no compiler to offer this workload.  Without the script's own,
+    MODAK's XLA is applied as before."""
+    need("keras")
+    need("tensorflow")
+    env = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    args = ("--epochs", "1", "--samples", "256")
+    rc, _, stock, err = run(SCRIPTS / "keras_fit.py", *args, "--jit", env=env)
+    assert rc == 0, err
+    assert stock["effect"]["script_compile"] == "Model.compile(jit_compile=True)"
+    assert stock["effect"]["compiled"] is True and "compiler" not in stock["not_applied"]
+    rc, _, xla, err = run(SCRIPTS / "keras_fit.py", *args, "--jit",
+                          env={**env, "MODAK_JIT_COMPILE": "1"})
+    assert rc == 0, err
+    assert "compiler" not in xla["applied"]
+    assert "compiles its model with XLA itself" in xla["not_applied"]["compiler"]
+    assert xla["effect"]["compiled"] is True and xla["metrics"]["steps"] == 4
+    rc, _, ours, err = run(SCRIPTS / "keras_fit.py", *args, env={**env, "MODAK_JIT_COMPILE": "1"})
+    assert rc == 0, err
+    assert ours["applied"]["compiler"] == "Model.compile(jit_compile=True)"
+    assert "script_compile" not in ours["effect"] and ours["effect"]["compiled"] is True
+
+
 @pytest.mark.parametrize("mode", ["function", "eager", "fit-after"])
 def test_a_keras_scripts_own_training_loop_is_timed(mode):
     """A script's own loop on TensorFlow (GradientTape, apply_gradients) never calls Keras'

@@ -1233,7 +1233,7 @@ def _script_compiles(r: dict[str, Any]) -> Optional[dict[str, Any]]:
         return None
     return {"knob": "compiler", "run_id": _plain(r["run_id"]),
             "reason": f"the script compiles its model itself ({how}), which stands: MODAK's "
-                      "torch.compile is not put over it"}
+                      "compiler is not put over it"}
 
 
 def _compiling(r: dict[str, Any], where: dict[str, Any], spot: tuple,

@@ -1,5 +1,6 @@
 """A Keras 3 classifier trained with model.fit, written as a user would write it
-(``--models N``: N fresh models fitted one after another, a sweep's way)."""
+(``--models N``: N fresh models fitted one after another, a sweep's way; ``--jit``: the
+script compiles its model with XLA itself)."""
 import argparse
 
 import numpy as np
@@ -11,6 +12,7 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--samples", type=int, default=512)
 parser.add_argument("--batch-size", type=int, default=64)
 parser.add_argument("--models", type=int, default=1)
+parser.add_argument("--jit", action="store_true")
 args = parser.parse_args()
 
 keras.utils.set_random_seed(7)
@@ -28,6 +30,6 @@ for _ in range(args.models):
         layers.Dense(2, activation="softmax"),
     ])
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+                  metrics=["accuracy"], **({"jit_compile": True} if args.jit else {}))
     history = model.fit(x, y, batch_size=args.batch_size, epochs=args.epochs, verbose=2)
     print("final loss %.6f" % history.history["loss"][-1])

@@ -80,9 +80,28 @@ def default_path() -> Path:
 
 
 # where what a script failed to import may be listed: said wherever MODAK reports a script's
-# ModuleNotFoundError (the deploy's failure line, stock's failed trial)
+# ModuleNotFoundError (the deploy's failure line, stock's failed trial); in a container, the
+# image's packages; with none (runtime none), the Python the job runs, which
+# application.pip_packages does not reach (they go into an image's recipe only)
 MISSING_MODULE = ("a package the image lacks: list it in application.pip_packages; or a module "
                   "of the user's the run directory lacks: list it in application.files")
+MISSING_MODULE_HOST = ("a package the Python the job runs lacks: install it there (no "
+                       "container runs the job, and application.pip_packages go into an image "
+                       "only); or a module of the user's the run directory lacks: list it in "
+                       "application.files")
+
+
+# what a deploy of the same request does after a run the script failed: it is the same run,
+# found as it ended (README, *Deploying*), so a fix outside the request's files (a package
+# installed where the job runs, a dataset put in place) needs a new run
+RUN_AGAIN = ("a deploy of the same request finds this run as it ended: once it is fixed "
+             "outside the request and its files (an edited script or request is a new run by "
+             "itself), add -e modak_new_run=true")
+
+
+def missing_module_hint(runtime: Optional[str]) -> str:
+    """Where to list what a script could not import, for a plan's ``runtime``."""
+    return MISSING_MODULE_HOST if runtime == "none" else MISSING_MODULE
 
 
 def missing_module(text: str) -> bool:
@@ -91,9 +110,10 @@ def missing_module(text: str) -> bool:
     return "ModuleNotFoundError" in text or "No module named" in text
 
 
-def script_failure(error: Any) -> Optional[str]:
+def script_failure(error: Any, runtime: Optional[str] = None) -> Optional[str]:
     """A run record's ``error`` as the deploy's failure line says it, ``TYPE: MESSAGE``
-    (with :data:`MISSING_MODULE` for an import that failed); None where the run did not
+    (with :func:`missing_module_hint` for an import that failed, for the plan's
+    ``runtime``); None where the run did not
     fail in the script itself (no error, one blamed on a knob, one without a message, the
     runtime's own time cap)."""
     if not isinstance(error, dict) or error.get("knob") or not error.get("message") \
@@ -105,7 +125,9 @@ def script_failure(error: Any) -> Optional[str]:
     if len(message) > 300:
         message = message[:297] + "..."
     said = f"{kind}: {message}"
-    return f"{said} ({MISSING_MODULE})" if missing_module(f"{kind} {message}") else said
+    if missing_module(f"{kind} {message}"):
+        return f"{said} ({missing_module_hint(runtime)})"
+    return said
 
 
 def kept(rec: dict[str, Any]) -> bool:

@@ -132,7 +132,10 @@ def test_a_script_that_raises_in_stocks_trial_is_not_submitted_as_a_job(tmp_path
     assert proc.returncode != 0
     assert re.search(r"the script failed in stock's trial \(No module named 'gcn'\): a job "
                      r"would fail the same way, so none was submitted; the trial's output is "
-                     r"that of run r[0-9a-f]{11}", proc.stdout), proc.stdout[-3000:]
+                     r"that of run r[0-9a-f]{11}; a package the Python the job runs lacks: "
+                     r"install it there \(no container runs the job", proc.stdout), \
+        proc.stdout[-3000:]
+    assert "-e modak_new_run=true" in proc.stdout  # (a plain rerun finds this search as it ended)
     assert "Submit the job, or find it" not in proc.stdout
     rows = ResultsStore(tmp_path / "store.sqlite").rows()
     assert rows and all(r["source"] == "autotune" and r["status"] == "failed" for r in rows)

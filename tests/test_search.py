@@ -1744,7 +1744,7 @@ def test_a_scripts_own_failure_is_said_in_one_line_with_where_to_list_a_missing_
     ``script_failed``): the script's exception as TYPE: MESSAGE, on one line and cut, with
     where to list a module it could not import; nothing for a failure blamed on a knob or
     one without a message (the scheduler's)."""
-    from modak_lib.results import MISSING_MODULE, script_failure
+    from modak_lib.results import MISSING_MODULE, MISSING_MODULE_HOST, script_failure
 
     assert script_failure({"knob": None, "type": "builtins.FileNotFoundError",
                            "message": "[Errno 2] No such file:\n 'labels.txt'"}) \
@@ -1752,6 +1752,11 @@ def test_a_scripts_own_failure_is_said_in_one_line_with_where_to_list_a_missing_
     assert script_failure({"type": "builtins.ModuleNotFoundError",
                            "message": "No module named 'gcn'"}) \
         == f"ModuleNotFoundError: No module named 'gcn' ({MISSING_MODULE})"
+    # with no container (runtime none) the package goes where the job's Python is: the
+    # request's pip_packages reach an image only
+    assert script_failure({"type": "builtins.ModuleNotFoundError",
+                           "message": "No module named 'keras'"}, "none") \
+        == f"ModuleNotFoundError: No module named 'keras' ({MISSING_MODULE_HOST})"
     # (an ImportError raised with that message by a package's own guard says it too)
     assert script_failure({"type": "ImportError", "message": "No module named 'x'"}) \
         .endswith(f"({MISSING_MODULE})")
@@ -1775,6 +1780,7 @@ def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the
         from ansible_collections.modak.modak.plugins.action.modak_search import ActionModule
     finally:
         sys.path.pop(0)
+    from modak_lib.results import RUN_AGAIN
 
     def rec(config, error, run_id="r1"):
         return {"configuration": config.model_dump(mode="json"), "status": "failed",
@@ -1793,14 +1799,21 @@ def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the
     assert halving.next_round() is None and halving.stock_broken() == "No module named 'gcn'"
     said = ActionModule._broken(halving, records)
     assert said.startswith("the script failed in stock's trial (No module named 'gcn')")
-    assert said.endswith("the trial's output is that of run rstock; a package the image "
-                         "lacks: list it in application.pip_packages; or a module of the "
-                         "user's the run directory lacks: list it in application.files")
+    assert ("the trial's output is that of run rstock; a package the image lacks: list it "
+            "in application.pip_packages; or a module of the user's the run directory lacks: "
+            "list it in application.files; " + RUN_AGAIN) in said and said.endswith(RUN_AGAIN)
+    # (a rerun of the same request finds this search as it ended: a fix outside its files
+    # needs a new run, which the message names)
+    assert "-e modak_new_run=true" in RUN_AGAIN
+    assert ActionModule._broken(halving, records, "none").endswith(
+        "the Python the job runs lacks: install it there (no container runs the job, and "
+        "application.pip_packages go into an image only); or a module of the user's the run "
+        "directory lacks: list it in application.files; " + RUN_AGAIN)
     other = {"knob": None, "type": "builtins.FileNotFoundError", "message": "labels.txt"}
     records = [rec(STOCK, other, "rstock")]
     broken = Halving([STOCK, TCMALLOC], STOCK, job_steps=1000, budget_s=100.0)
     broken.record([ActionModule._trial(r, Trial, Configuration, STOCK) for r in records])
-    assert ActionModule._broken(broken, records).endswith("that of run rstock")
+    assert ActionModule._broken(broken, records).endswith("that of run rstock; " + RUN_AGAIN)
     # kept across the deploy's calls (the search's state between them)
     again = Halving.from_state(json.loads(json.dumps(halving.state())))
     assert again.stock_broken() == "No module named 'gcn'"

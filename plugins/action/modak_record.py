@@ -33,8 +33,9 @@ class ActionModule(ActionBase):
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
         check_library("modak_record")
         try:
-            from modak_lib.results import (ResultsStore, StoreError, job_elapsed, kept,
-                                           parse_fom_lines, row_from_fom, script_failure)
+            from modak_lib.results import (RUN_AGAIN, ResultsStore, StoreError, job_elapsed,
+                                           kept, parse_fom_lines, row_from_fom,
+                                           script_failure)
             from modak_runtime.record import loss_figures
         except ImportError as exc:
             raise AnsibleActionFail("modak_record needs the modak library on the controller: %s"
@@ -106,11 +107,13 @@ class ActionModule(ActionBase):
             except ModelError as exc:
                 refit = "skipped: %s" % exc
         last = records[-1]
+        failure = script_failure(last.get("error"), plan.get("runtime"))
         pred = (plan["candidates"][0].get("prediction") or {}) if plan.get("candidates") else {}
         result.update(changed=bool(new), recorded=len(new), store=str(store.path), refit=refit,
                       refitted=refitted,
                       status=last.get("status"), error=last.get("error"),
-                      script_failed=script_failure(last.get("error")),
+                      script_failed=failure,
+                      run_again=RUN_AGAIN if failure else None,
                       applied=last.get("applied") or {},
                       not_applied=last.get("not_applied") or {},
                       effect=last.get("effect") or {},

@@ -117,7 +117,8 @@ class ActionModule(ActionBase):
                           report=self.report(out, how),
                           trials=[], job_s={"stock": _s(stock, halving, job_seconds),
                                             "chosen": _s(chosen, halving, job_seconds)},
-                          script_failed=self._broken(halving, args["record"]))
+                          script_failed=self._broken(halving, args["record"],
+                                                     plan.get("runtime")))
         else:
             result.update(trials=[c.model_dump(mode="json") for c in step[0]], steps=step[1],
                           msg="round %d: %d trial(s) of %d steps%s" % (
@@ -127,7 +128,7 @@ class ActionModule(ActionBase):
         return result
 
     @staticmethod
-    def _broken(halving, records):
+    def _broken(halving, records, runtime=None):
         """Where the script itself failed in stock's trial: what to tell the user instead of
         submitting a job that would fail the same way ("" otherwise)."""
         why = halving.stock_broken()
@@ -138,10 +139,10 @@ class ActionModule(ActionBase):
                    None)
         where = ("the trial's output is that of run %s" % run if run
                  else "the trial's output says more")
-        from modak_lib.results import MISSING_MODULE, missing_module
-        hint = "; " + MISSING_MODULE if missing_module(why) else ""
+        from modak_lib.results import RUN_AGAIN, missing_module, missing_module_hint
+        hint = "; " + missing_module_hint(runtime) if missing_module(why) else ""
         return ("the script failed in stock's trial (%s): a job would fail the same way, so "
-                "none was submitted; %s%s" % (why, where, hint))
+                "none was submitted; %s%s; %s" % (why, where, hint, RUN_AGAIN))
 
     @staticmethod
     def report(out, how):

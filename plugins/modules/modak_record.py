@@ -125,9 +125,17 @@ error:
 script_failed:
   description:
     - The exception the script itself failed with, its type and message (cut at 300
-      characters), and where to list a module it could not import
-      (C(application.pip_packages), C(application.files)), as the deploy's failure line says
-      it. Null where the run did not fail in the script (no error, or one blamed on a knob).
+      characters), and where a module it could not import belongs (C(application.pip_packages)
+      for a container's image, the job's own Python where no container runs it,
+      C(application.files) for the user's own), as the deploy's failure line says it. Null
+      where the run did not fail in the script (no error, or one blamed on a knob).
+  returned: when figures were found
+  type: str
+run_again:
+  description:
+    - For a run whose script failed (RV(script_failed)), that a deploy of the same request
+      finds it as it ended, and how to run it anew once the cause is fixed outside the
+      request's files; the deploy's failure line says it. Null otherwise.
   returned: when figures were found
   type: str
 applied:

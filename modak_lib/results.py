@@ -113,9 +113,8 @@ def missing_module(text: str) -> bool:
 def script_failure(error: Any, runtime: Optional[str] = None) -> Optional[str]:
     """A run record's ``error`` as the deploy's failure line says it, ``TYPE: MESSAGE``
     (with :func:`missing_module_hint` for an import that failed, for the plan's
-    ``runtime``); None where the run did not
-    fail in the script itself (no error, one blamed on a knob, one without a message, the
-    runtime's own time cap)."""
+    ``runtime``); None where the run did not fail in the script itself (no error, one
+    blamed on a knob, one without a message, the runtime's own time cap)."""
     if not isinstance(error, dict) or error.get("knob") or not error.get("message") \
             or error.get("type") == "TimeCap":
         return None

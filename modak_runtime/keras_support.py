@@ -3,9 +3,10 @@
 When the script imports keras, the runtime sets the mixed-precision dtype policy (before the
 script builds its model), makes ``Model.compile`` use XLA (``jit_compile=True``) when XLA was
 chosen (a script that passes ``jit_compile=True`` itself keeps its own, recorded as
-``effect.script_compile``, and MODAK's is reported not applied), and times every call of the step function Keras makes for ``fit`` and
-``train_on_batch`` (reading the loss it returns when sampled); a callback added to ``fit``
-notes the start of training.  A script's own loop on the TensorFlow backend (a
+``effect.script_compile``, and MODAK's is reported not applied), and times every call of
+the step function Keras makes for ``fit`` and ``train_on_batch`` (reading the loss it
+returns when sampled); a callback added to ``fit`` notes the start of training.  A
+script's own loop on the TensorFlow backend (a
 ``GradientTape`` and the optimizer's ``apply_gradients``) is timed too: a step ends where
 the ``tf.function`` that applied the gradients returns (its loss is what it returns, alone
 or under ``"loss"``), or, in an eager loop, where they were applied; so is a plain

@@ -1948,6 +1948,9 @@ def test_files_the_script_names_that_the_run_directory_lacks_are_named(tmp_path)
     said = unsent_warning(names)
     assert said.startswith("the script names 'data', 'labels.txt', 'vocab.json', beside the")
     assert "list them (with the script) in application.files" in said
+    assert unsent_warning(["labels.txt"]).endswith(
+        "'labels.txt', beside the request here but not sent to the run directory: if the job "
+        "reads it, list it (with the script) in application.files")
     listed = {"script": "train.py", "files": ["helpers.py", "labels.txt", "vocab.json", "data"]}
     assert unsent(listed) == [] and unsent_warning([]) is None
 

@@ -224,8 +224,9 @@ def unsent_warning(names: list[str]) -> Optional[str]:
         return None
     shown = ", ".join(repr(n) for n in names[:UNSENT_SHOWN])
     more = f" and {len(names) - UNSENT_SHOWN} more" if len(names) > UNSENT_SHOWN else ""
+    them = "them" if len(names) > 1 else "it"
     return (f"the script names {shown}{more}, beside the request here but not sent to the "
-            "run directory: if the job reads them, list them (with the script) in "
+            f"run directory: if the job reads {them}, list {them} (with the script) in "
             "application.files")
 
 

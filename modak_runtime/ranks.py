@@ -82,8 +82,10 @@ def _report_file(out: str, index: int) -> str:
 
 
 def _remove_reports(out: str, nprocs: int) -> None:
-    """Remove rank 0's file and every rank's report, those that exist."""
-    for name in [out] + [_report_file(out, i) for i in range(nprocs)]:
+    """Remove rank 0's file and every rank's report (and one a rank was writing when it
+    was killed), those that exist."""
+    reports = [_report_file(out, i) for i in range(nprocs)]
+    for name in [out] + reports + [r + ".part" for r in reports]:
         try:
             os.unlink(name)
         except OSError:
@@ -119,13 +121,24 @@ class RankEntry:
             # rank that dies after it, in the interpreter's shutdown, is told apart)
             if index == 0:
                 session.record(status, error)  # (its finishers complete the fingerprint)
-            with open(_report_file(self.out, index), "wb") as f:
+            # (whole or not at all: join reads it once this rank has ended, however)
+            path = _report_file(self.out, index)
+            with open(path + ".part", "wb") as f:
                 pickle.dump({"status": status, "error": error,
                              "measured": session.measured() if index == 0 else None}, f)
+            os.replace(path + ".part", path)
 
         restore = on_hard_exit(report, session)  # (a function that leaves by os._exit)
         status, error, code = run_guarded(session, lambda: self.fn(index, *args))
         restore()
+        # the function has ended: join's SIGTERM (another rank ended first, as one aborted
+        # in its interpreter's shutdown does) no longer cuts this rank's report short; a CI
+        # run on a busy machine lost rank 0's measurements so.  Its exit follows the report,
+        # and join kills a rank that has not exited 30 s after its SIGTERM
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except (ValueError, OSError):  # (not the main thread)
+            pass
         report(status, error)
         sys.stdout.flush()
         sys.stderr.flush()

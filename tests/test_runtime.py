@@ -832,6 +832,39 @@ def test_a_launchers_ranks_are_read_from_its_variables(tmp_path):
     assert not launched.Peers(me, root=str(tmp_path)).usable
 
 
+def test_a_sigterm_after_a_ranks_function_returned_waits_for_its_report(tmp_path):
+    """mp.spawn's join sends SIGTERM to the other ranks once one has ended badly (a rank
+    that aborts in its interpreter's shutdown, as gloo can): rank 0 hit while it wrote its
+    report lost the run's measurements (a CI run on a busy machine recorded 0 steps for 6).
+    A rank whose function has returned finishes its report whatever SIGTERM comes (join
+    kills it 30 s on), and the report is whole or absent, never half-written.  Here rank 0's
+    SIGTERM comes in the middle of its report, in a process of its own."""
+    out = tmp_path / "rank0"
+    code = f"""
+import os, signal
+from modak_runtime import ranks
+from modak_runtime.record import Config
+from modak_runtime.session import Session
+session = Session(Config(), "x.py")
+ranks._SESSION = session
+record = session.record
+def record_hit(status, error):  # (join's SIGTERM, while the report is being written)
+    os.kill(os.getpid(), signal.SIGTERM)
+    record(status, error)
+session.record = record_hit
+ranks.RankEntry(lambda index: None, "x.py", 0.0, {str(out)!r})(0)
+print("reported")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "reported" in proc.stdout, (proc.returncode, proc.stderr)
+    import pickle
+    with open(f"{out}.0", "rb") as f:
+        report = pickle.load(f)
+    assert report["status"] == "ok" and report["measured"] is not None
+    assert not os.path.exists(f"{out}.0.part")
+
+
 def test_ranks_that_cannot_be_started_leave_no_report_file(tmp_path, monkeypatch):
     """torch.multiprocessing failing to start the ranks (no processes left to join): the
     file rank 0 was to report in is removed, the script gets the error as it was, and the

@@ -248,15 +248,22 @@ EFFECT_FIGURES = ("ranks", "launcher")
 
 def effect_figure(raw: Any, name: str) -> Any:
     """One of :data:`EFFECT_FIGURES` from a record as stored (its JSON text), or None, read
-    at its column's path as :func:`flatten` reads it; the text is parsed only where it names
-    the figure (most runs are single processes)."""
-    if not isinstance(raw, str) or f'"{name}"' not in raw:
+    at its column's path as :func:`flatten` reads it (most runs, single processes, name
+    none: :func:`stored_value`)."""
+    return stored_value(raw, STORE_COLUMNS[name][1])
+
+
+def stored_value(raw: Any, path: str) -> Any:
+    """The value at the dotted ``path`` of a record as stored (its JSON text), as
+    :func:`flatten` reads it, or None; the text is parsed only where it names the path's
+    last key (most records do not)."""
+    if not isinstance(raw, str) or '"%s"' % path.rsplit(".", 1)[-1] not in raw:
         return None
     try:
         rec = json.loads(raw)
     except ValueError:
         return None
-    return _get(rec, STORE_COLUMNS[name][1]) if isinstance(rec, dict) else None
+    return _get(rec, path) if isinstance(rec, dict) else None
 
 
 # the loss figures a record's metrics carry that :func:`loss_figures` can derive from its

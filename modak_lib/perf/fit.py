@@ -1222,13 +1222,8 @@ def _script_compiles(r: dict[str, Any]) -> Optional[dict[str, Any]]:
     compiler, whatever its mode (no ``value``), at every place (no place keys: the script
     compiles itself wherever it runs); else None.  A compiled candidate's trial would only
     report the knob not applied."""
-    raw = r.get("raw")
-    if not isinstance(raw, str) or '"script_compile"' not in raw:
-        return None
-    try:
-        how = (json.loads(raw).get("effect") or {}).get("script_compile")
-    except (TypeError, ValueError, AttributeError):
-        return None
+    from modak_runtime.record import stored_value
+    how = stored_value(r.get("raw"), "effect.script_compile")
     if not how:
         return None
     return {"knob": "compiler", "run_id": _plain(r["run_id"]),

@@ -1979,13 +1979,61 @@ def test_files_the_script_names_that_the_run_directory_lacks_are_named(tmp_path)
     names = unsent({"script": "train.py"})
     assert names == ["data", "labels.txt", "vocab.json"], names
     said = unsent_warning(names)
-    assert said.startswith("the script names 'data', 'labels.txt', 'vocab.json', beside the")
+    assert said.startswith("the job names 'data', 'labels.txt', 'vocab.json' (its script, "
+                           "arguments or settings), beside the")
     assert "list them (with the script) in application.files" in said
     assert unsent_warning(["labels.txt"]).endswith(
-        "'labels.txt', beside the request here but not sent to the run directory: if the job "
-        "reads it, list it (with the script) in application.files")
+        "'labels.txt' (its script, arguments or settings), beside the request here but not "
+        "sent to the run directory: if the job reads it, list it (with the script) in "
+        "application.files")
     listed = {"script": "train.py", "files": ["helpers.py", "labels.txt", "vocab.json", "data"]}
     assert unsent(listed) == [] and unsent_warning([]) is None
+
+
+def test_files_the_arguments_and_their_settings_name_are_named_and_outputs_are_not(tmp_path):
+    """A script whose settings come from a file its arguments name (``--config
+    settings.json``, ``--vocab=words.txt``), the settings naming the data (``"data":
+    "series.csv"``, in JSON and in YAML): the run directory lacks all of them, and the plan
+    names them.  What the script only writes, left here by a run of it on the user's own
+    machine (``os.makedirs``, ``torch.save``, ``open(.., "w")``, ``Path(..).write_text``,
+    a pandas ``to_csv``), is not named; a checkpoint it also reads (to resume) is."""
+    from modak_lib.readers.appfiles import application_files, unsent_names
+    from modak_lib.readers.tosca import request_from_nodes
+    (tmp_path / "train.py").write_text(
+        "import json, os, pathlib, torch\n"
+        "os.makedirs('checkpoints', exist_ok=True)\n"
+        "torch.save({}, os.path.join('checkpoints', 'last.pt'))\n"
+        "if os.path.exists('checkpoints/best.pt'):\n"
+        "    torch.load('checkpoints/best.pt')\n"
+        "torch.save({}, 'checkpoints/best.pt')\n"
+        "json.dump({}, open('metrics.json', 'w'))\n"
+        "pathlib.Path('report.txt').write_text('done')\n"
+        "df.to_csv('predictions.csv')\n"
+        "open('log.txt', 'a+')\n")
+    for name, text in (("settings.json", '{"data": "series.csv", "sizes": [1, "extra.yaml"]}'),
+                       ("extra.yaml", "vocab: [words.txt, 'not-here.txt']\n"),
+                       ("series.csv", "1,2\n"), ("words.txt", "a\n"),
+                       ("checkpoints/best.pt", "x"), ("checkpoints/last.pt", "x"),
+                       ("metrics.json", "{}"), ("report.txt", "x"), ("predictions.csv", "x"),
+                       ("log.txt", "x"), ("unnamed.csv", "x")):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+
+    def unsent(app):
+        req = request_from_nodes("job", {"application": {"framework": "pytorch", **app}},
+                                 "fe", {"scheduler": "local"}, "TOSCA node job", None)
+        return unsent_names(req, application_files(req, base=str(tmp_path)),
+                            base=str(tmp_path))
+
+    args = ["--config", "settings.json", "--vocab=words.txt", "--epochs", "3"]
+    assert unsent({"script": "train.py", "arguments": args}) == [
+        "checkpoints/best.pt", "extra.yaml", "log.txt", "series.csv", "settings.json",
+        "words.txt"]
+    # the settings sent, what they name not: still named
+    assert unsent({"script": "train.py", "arguments": args,
+                   "files": ["settings.json", "extra.yaml", "checkpoints"]}) == [
+        "series.csv", "words.txt"]
+    assert unsent({"script": "train.py"}) == ["checkpoints/best.pt", "log.txt"]
 
 
 def test_sigterm_reaches_the_script_even_as_pid_1(tmp_path):

@@ -178,44 +178,146 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
 UNSENT_SHOWN = 5
 
 
+# a call whose name is one of these writes the paths among its arguments (``os.makedirs``,
+# ``torch.save(obj, path)``, ``np.save(path, a)``, ``fig.savefig``, ``df.to_csv``, Keras'
+# ``model.save``); ``Path(p).write_text()`` and the like write the path they are called on
+WRITING_CALLS = {"makedirs", "mkdir", "save", "savez", "savez_compressed", "savetxt",
+                 "savefig", "save_weights", "to_csv", "to_json", "to_parquet", "to_pickle"}
+WRITING_METHODS = {"mkdir", "write_text", "write_bytes", "touch"}
+# a text file of settings the job's files name is read for the names it holds in turn
+# (``--config settings.json`` whose ``"data": "series.csv"``), when no larger than this
+MAX_SETTINGS_BYTES = 1024 * 1024
+SETTINGS_SUFFIXES = (".json", ".yaml", ".yml", ".toml")
+
+
+def _call_name(func: ast.AST) -> Optional[str]:
+    return func.attr if isinstance(func, ast.Attribute) else \
+        func.id if isinstance(func, ast.Name) else None
+
+
+def _path_constants(node: ast.AST) -> list[ast.Constant]:
+    """The string constants a path expression is made of: ``"a"``, ``Path("a") / "b"``,
+    ``os.path.join("a", "b")``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+        return _path_constants(node.left) + _path_constants(node.right)
+    if isinstance(node, ast.Call) and _call_name(node.func) in ("join", "Path", "PurePath"):
+        return [c for a in node.args for c in _path_constants(a)]
+    return []
+
+
+def _written(tree: ast.AST) -> set[int]:
+    """The ids of the string constants that a Python file uses as paths it writes: an
+    ``open(p, "w")`` (or ``"a"``, ``"x"``, never ``"+"``), a call of
+    :data:`WRITING_CALLS`, a :data:`WRITING_METHODS` call on ``Path(p)``."""
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = _call_name(node.func)
+        if name == "open" and node.args:
+            mode = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and isinstance(mode.value, str) \
+                    and set(mode.value) & set("wax") and "+" not in mode.value:
+                out.update(id(c) for c in _path_constants(node.args[0]))
+        elif name in WRITING_CALLS:
+            for arg in node.args:
+                out.update(id(c) for c in _path_constants(arg))
+            if name in WRITING_METHODS and isinstance(node.func, ast.Attribute):
+                out.update(id(c) for c in _path_constants(node.func.value))
+        elif name in WRITING_METHODS and isinstance(node.func, ast.Attribute):
+            out.update(id(c) for c in _path_constants(node.func.value))
+    return out
+
+
+def _settings_strings(path: Path) -> list[str]:
+    """The strings a settings file (JSON, YAML or TOML, by its name) holds, keys aside;
+    none for one that does not parse or is larger than :data:`MAX_SETTINGS_BYTES`."""
+    try:
+        if path.stat().st_size > MAX_SETTINGS_BYTES:
+            return []
+        text = path.read_text()
+        if path.suffix == ".json":
+            import json
+            data = json.loads(text)
+        elif path.suffix == ".toml":
+            import tomllib
+            data = tomllib.loads(text)
+        else:
+            import yaml
+            data = yaml.safe_load(text)
+    except Exception:  # (any parser's error: a file that is not what its name says)
+        return []
+    out: list[str] = []
+    todo = [data]
+    while todo and len(out) < MAX_FILES:
+        item = todo.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return out
+
+
+def _beside(name: str, base: Path) -> Optional[str]:
+    """``name`` as a path relative to ``base`` when it is a file or folder there (no
+    link, nothing hidden, nothing outside), else None."""
+    rel = os.path.normpath(name) if 0 < len(name) < 256 else ""
+    if not rel or rel == "." or rel.startswith(("/", "-", "..")) or "\n" in rel \
+            or "\0" in rel or any(part.startswith(".") for part in Path(rel).parts):
+        return None
+    path = base / rel
+    try:
+        if not path.exists() or path.is_symlink() or not _inside(path, base):
+            return None
+    except (OSError, ValueError):
+        return None
+    return rel
+
+
 def unsent_names(request: JobRequest, files: list[tuple[str, str]],
                  base: "Optional[str | Path]" = None) -> list[str]:
-    """Names that the Python files going to the run directory (``files``, as
-    :func:`application_files` gives them) write as string constants, and that are files or
-    folders beside the request here, inside its directory, but not going with them: a
-    script's ``open("config.yaml")`` or ``Path("data") / name`` where the request lists no
-    ``application.files``.  The job would not find them (a user's script failed every trial
-    with "No such file" for its ``labels.txt``).  Read with :mod:`ast`, never run; a name
-    the script writes (its output, left here by a run of it) is named too, so the caller
-    warns, never refuses."""
+    """Names that the job's files and arguments give and that are files or folders beside
+    the request here, inside its directory, but not going to the run directory with
+    ``files`` (as :func:`application_files` gives them): a script's ``open("config.yaml")``
+    or ``Path("data") / name`` where the request lists no ``application.files``, an
+    argument's ``--config settings.json`` (or ``--config=settings.json``), and the strings
+    of a settings file named so (its ``"data": "series.csv"``).  The job would not find
+    them (a user's script failed every trial with "No such file" for its ``labels.txt``).
+    Read with :mod:`ast`, :mod:`json`, YAML's safe loader or :mod:`tomllib` (Python 3.11+),
+    never run.  A name a script only writes (``os.makedirs("checkpoints")``,
+    ``torch.save(m, "checkpoints/best.pt")``, ``open("metrics.json", "w")``: its output,
+    left here by a run of it) is not named; one it also reads (a checkpoint it resumes
+    from) is.  The caller warns, never refuses: a name may still be an output."""
     base = (Path(base).resolve() if base else None) or request_dir(request)
     if base is None:
         return []
     sent = {dest for _, dest in files}
-    names: set[str] = set()
+    names: set[str] = set()  # the string constants used otherwise than as a path written
     for src, dest in files:
         tree = _syntax_tree(Path(src)) if dest.endswith(".py") else None
         if tree is None:
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names.add(node.value)
-    out = []
-    for name in sorted(names):
-        rel = os.path.normpath(name) if 0 < len(name) < 256 else ""
-        if not rel or rel == "." or rel.startswith(("/", "-", "..")) or "\n" in rel \
-                or "\0" in rel or any(part.startswith(".") for part in Path(rel).parts):
-            continue
-        if rel in sent or any(d.startswith(rel + "/") for d in sent):
-            continue
-        path = base / rel
-        try:
-            if not path.exists() or path.is_symlink() or not _inside(path, base):
-                continue
-        except (OSError, ValueError):
-            continue
-        out.append(rel)
-    return out
+        writes = _written(tree)
+        names.update(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and id(node) not in writes)
+    for arg in request.application.arguments:
+        names.add(str(arg))
+        if str(arg).startswith("-") and "=" in str(arg):
+            names.add(str(arg).partition("=")[2])
+    found = {rel for rel in (_beside(n, base) for n in names) if rel}
+    # the settings files the job's files and arguments name, sent or not: their strings
+    for rel in sorted(found | sent):
+        if rel.endswith(SETTINGS_SUFFIXES) and (base / rel).is_file():
+            found.update(r for r in (_beside(n, base) for n in _settings_strings(base / rel))
+                         if r)
+    return sorted(rel for rel in found
+                  if rel not in sent and not any(d.startswith(rel + "/") for d in sent))
 
 
 def unsent_warning(names: list[str]) -> Optional[str]:
@@ -225,9 +327,9 @@ def unsent_warning(names: list[str]) -> Optional[str]:
     shown = ", ".join(repr(n) for n in names[:UNSENT_SHOWN])
     more = f" and {len(names) - UNSENT_SHOWN} more" if len(names) > UNSENT_SHOWN else ""
     them = "them" if len(names) > 1 else "it"
-    return (f"the script names {shown}{more}, beside the request here but not sent to the "
-            f"run directory: if the job reads {them}, list {them} (with the script) in "
-            "application.files")
+    return (f"the job names {shown}{more} (its script, arguments or settings), beside the "
+            f"request here but not sent to the run directory: if the job reads {them}, list "
+            f"{them} (with the script) in application.files")
 
 
 def tree_files(paths: list[str], source: str = "files") -> list[tuple[str, str]]:

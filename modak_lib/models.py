@@ -14,8 +14,8 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PositiveInt,
                       field_validator, model_validator)
 
 from .validate import (DatasetPath, Email, EnvName, HostName, JobName, MailEvents, NodeFeature,
-                       PackageSpec, QuotedText, RelPath, SafePath, SchedName, UserName,
-                       WallTime, check)
+                       OutputPath, PackageSpec, QuotedText, RelPath, SafePath, SchedName,
+                       UserName, WallTime, check)
 
 COMPILER_MODE = re.compile(r"[a-z][a-z0-9-]{0,47}")
 
@@ -172,6 +172,10 @@ class Application(Strict):
     files: tuple[RelPath, ...] = Field(
         (), description="files or directories, relative to the request file, that the run "
         "directory receives with the script (default: the script's directory)")
+    outputs: tuple[OutputPath, ...] = Field(
+        (), description="files or directories the script writes in the run directory (its "
+        "working directory), relative to it: after the job, completed or not, the deploy "
+        "fetches them with the job's output (results/RUN/outputs/)")
 
     @field_validator("framework_version", mode="after")
     @classmethod
@@ -430,4 +434,7 @@ class Plan(Strict):
         None, description="the data the application reads on the target's nodes "
         "(application.dataset), bound into the container at that path; the "
         "deploy checks the front-end has it before it stages anything")
+    outputs: tuple[str, ...] = Field(
+        (), description="what the deploy fetches from the run directory after the job "
+        "(application.outputs)")
     notes: tuple[str, ...] = ()

@@ -237,6 +237,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                 stderr=res.stderr, walltime_s=res.walltime_s,
                 steps=decision.known_steps, epochs=request.application.epochs,
                 autotune=decision.autotune, search=decision.search,
-                app_files=tuple(app_files), dataset=dataset)
+                app_files=tuple(app_files), dataset=dataset,
+                outputs=request.application.outputs)
     files["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
     return PlanResult(plan=plan, files=files, decision=decision)

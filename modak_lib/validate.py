@@ -64,6 +64,21 @@ def check_relative(value: str, what: str = "path") -> str:
     return norm
 
 
+def check_output(value: str, what: str = "output") -> str:
+    """A path in the run directory (the script's working directory) that the job writes and
+    the deploy fetches back (``application.outputs``): relative to it, no ``..``, not the
+    run directory itself, nothing of MODAK's own there (``modak_runtime``, ``.modak*``)."""
+    value = check_path(value, what)
+    norm = posixpath.normpath(value)
+    if value.startswith("/") or norm == ".":
+        raise ValueError(f"{what} {value!r} must name a file or folder in the run directory, "
+                         "relative to it (the script's working directory)")
+    top = norm.split("/", 1)[0]
+    if top == "modak_runtime" or top.startswith(".modak"):
+        raise ValueError(f"{what} {value!r} is MODAK's own, not the script's output")
+    return norm
+
+
 # where a dataset bound into the container cannot be: the container's own system (a bind
 # there would shadow it), the job's work directory inside it (runtimes.base.WORKDIR), and
 # credentials (a blueprint from someone else must not hand the login's keys to its script)
@@ -106,6 +121,7 @@ JobName = Annotated[str, _pattern(JOB_NAME, "job name")]
 SchedName = Annotated[str, _pattern(SCHED_NAME, "name")]
 SafePath = Annotated[str, AfterValidator(check_path)]
 RelPath = Annotated[str, AfterValidator(check_relative)]
+OutputPath = Annotated[str, AfterValidator(check_output)]
 DatasetPath = Annotated[str, AfterValidator(check_dataset)]
 # Names a shell, the dynamic loader or Python act on at start-up: a value of one of them runs
 # as a command (BASH_ENV, ENV, PROMPT_COMMAND, BASH_FUNC_*), loads code into every process

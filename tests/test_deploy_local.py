@@ -90,9 +90,26 @@ def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, 
     # a target never probed: its job measures it first, and the figures are remembered
     monkeypatch.setenv("MODAK_PROBES", str(tmp_path / "probes.json"))
     request = user_project(tmp_path)
+    # what the script writes, as its run ends: the request lists some as its outputs
+    with (request.parent / "train.py").open("a") as script:
+        script.write("\nimport os\nos.makedirs('ckpt', exist_ok=True)\n"
+                     "open('ckpt/last.pt', 'wb').write(b'weights')\n"
+                     "open('metrics.json', 'w').write('{\"ppl\": 3}')\n"
+                     "os.symlink('/etc/hostname', 'ckpt/host')\n")
+    req = json.loads(request.read_text())
+    req["job"]["application"]["outputs"] = ["ckpt", "metrics.json", "never.txt"]
+    request.write_text(json.dumps(req))
     proc, env = local_deploy(tmp_path, request)
     ok(proc)
     assert re.search(r"job local-\d+ COMPLETED", proc.stdout)
+    (results,) = (tmp_path / "results").iterdir()
+    got = results / "outputs"
+    assert (got / "ckpt" / "last.pt").read_bytes() == b"weights"
+    assert (got / "metrics.json").read_text() == '{"ppl": 3}'
+    assert not (got / "ckpt" / "host").exists()  # (a link: left out, and said)
+    assert (f"outputs: 2 file(s) in {results}/outputs/; not written by the job: never.txt; "
+            "left out: ckpt/host (a symbolic link)") in proc.stdout, proc.stdout[-3000:]
+    assert not list(results.glob(".fetch-*")) and not list(results.parent.glob("*.tgz"))
     (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
     assert row["status"] == "ok" and row["steps"] == 12 and row["fingerprint"].startswith("fp-")
     assert row["image"] == "host"  # no container: it ran in the host's environment
@@ -104,6 +121,7 @@ def test_a_users_script_outside_the_repository_on_the_local_inventory(tmp_path, 
     run_dir = next((tmp_path / "runs").iterdir())
     assert (run_dir / "train.py").read_text() == (request.parent / "train.py").read_text()
     assert not (run_dir / "notes.txt").exists() and (run_dir / "modak_runtime").is_dir()
+    assert not list(run_dir.glob(".modak-outputs-*"))  # (the archive is removed once fetched)
     plan = json.loads(next((tmp_path / "plans").glob("*/plan.json")).read_text())
     again = plan_json(request, env, "--infra", str(ROOT / "examples/infra/local.yaml"),
                        "--out", str(tmp_path / "again"))

@@ -66,6 +66,7 @@ class DslApplication(_M):
     threads: Optional[PositiveInt] = None
     build: Optional[DslBuild] = None
     files: list[str] = []  # MODAK extension: what the run directory receives
+    outputs: list[str] = []  # MODAK extension: what the deploy fetches back
 
 
 class DslOptBuild(_M):
@@ -326,7 +327,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             "app_type": opt.app_type if opt else "ai_training",
             "mpi_ranks": app.mpi_ranks, "threads": app.threads,
             "build": Build(**app.build.model_dump()) if app.build else None,
-            "user_image": user_image, "files": app.files,
+            "user_image": user_image, "files": app.files, "outputs": app.outputs,
             "dataset": dataset,
         },
         "optimisation": {

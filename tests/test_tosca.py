@@ -140,6 +140,28 @@ def test_unknown_property_in_datatype(tmp_path):
     assert any("colour" in m for _, m in found), found
 
 
+def test_a_field_an_older_copy_of_the_types_lacks_says_to_copy_them_anew(tmp_path):
+    """A blueprint beside the ``modak-types.yaml`` an older MODAK's ``modak init`` wrote,
+    using a field this MODAK added (``application.outputs``): tosca-parser's error names
+    the field, and MODAK says that this one's types have it and how to copy them; a field
+    no MODAK has gets no such advice."""
+    import yaml
+    types = yaml.safe_load((ROOT / "tosca/modak-types.yaml").read_text())
+    del types["data_types"]["modak.datatypes.Application"]["properties"]["outputs"]
+    (tmp_path / "modak-types.yaml").write_text(yaml.safe_dump(types))
+    path = blueprint(tmp_path, GOOD_APP[:-1] + ", outputs: [checkpoints]}")
+    path.write_text(path.read_text().replace(f"{ROOT}/tosca/modak-types.yaml",
+                                             "modak-types.yaml"))
+    (found,) = [m for _, m in errors(path) if "outputs" in m]
+    assert found.endswith('contains unknown field "outputs". Refer to the definition to verify '
+                          "valid values. (this MODAK's modak.datatypes.Application has it: the "
+                          "blueprint imports an older MODAK's modak-types.yaml; copy this "
+                          'one\'s beside it: cp "$(modak tosca-types)" DIR)'), found
+    path.write_text(path.read_text().replace("outputs: [checkpoints]", "colour: red"))
+    (found,) = [m for _, m in errors(path) if "colour" in m]
+    assert "modak tosca-types" not in found
+
+
 def test_scheduler_constraint(tmp_path):
     found = errors(blueprint(tmp_path, GOOD_APP, "scheduler: sge"))
     assert any("sge" in m for _, m in found), found

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from ..errors import InputError
@@ -22,6 +23,8 @@ from .infra import merge_target, resolve_host_values
 
 JOB_TYPE = "modak.nodes.AITrainingJob"
 _REPORT_LINE = re.compile(r"^[A-Za-z]+(Error|Exception): ")
+_UNKNOWN_FIELD = re.compile(r'^UnknownFieldError: Data value of type "(modak\.[\w.]+)" contains '
+                            r'unknown field "([^"]+)"')
 TARGET_TYPE = "modak.nodes.HPCTarget"
 
 
@@ -60,12 +63,31 @@ def _parse(path: Path, inputs: dict[str, Any]) -> Any:
             ln = ln.strip()
             if _REPORT_LINE.match(ln) and ln not in lines and "parent_req is None" not in ln:
                 lines.append(ln)
-        raise InputError([("", f"TOSCA: {ln}") for ln in lines or [str(exc)]], str(path)) from None
+        raise InputError([("", f"TOSCA: {ln}{_stale_types(ln)}") for ln in lines or [str(exc)]],
+                         str(path)) from None
     except Exception as exc:  # tosca-parser's own bugs on malformed input
         raise InputError(f"TOSCA: blueprint could not be parsed ({type(exc).__name__}: {exc})",
                          str(path)) from None
     finally:
         ExceptionCollector.stop()
+
+
+def _stale_types(line: str) -> str:
+    """What to add to tosca-parser's line about a field a MODAK type does not have, where
+    this MODAK's types have it: the blueprint imports a copy of ``modak-types.yaml`` from an
+    older MODAK (``modak init`` writes one beside the blueprint)."""
+    m = _UNKNOWN_FIELD.match(line)
+    if not m:
+        return ""
+    try:
+        types = yaml.safe_load(installed_types().read_text())
+        known = types["data_types"][m.group(1)]["properties"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return ""
+    if m.group(2) not in known:
+        return ""
+    return (f" (this MODAK's {m.group(1)} has it: the blueprint imports an older MODAK's "
+            "modak-types.yaml; copy this one's beside it: cp \"$(modak tosca-types)\" DIR)")
 
 
 def installed_types() -> Path:

@@ -199,8 +199,9 @@ def test_a_failing_job_ends_the_playbook_with_its_state_and_logs(deploy):
     # the script's own error, in the failure's one line (not only in its output)
     assert re.search(r"ended FAILED \(exit code 1\)[^\n]*; the script failed: "
                      r"FileNotFoundError: [^\n]*nonexistent[^\n]*; a deploy of the same "
-                     r"request finds this run as it ended: [^\n]*-e modak_new_run=true; its "
-                     r"output is in", proc.stdout), proc.stdout[-3000:]
+                     r"request finds this run as it ended: [^\n]*-e modak_new_run=true \(to opera "
+                     r"deploy: MODAK_NEW_RUN=1 in its environment\); its output is in",
+                     proc.stdout), proc.stdout[-3000:]
     out = next((deploy.tmp / "results").glob("*/mnist-fails.out")).read_text()
     assert "FileNotFoundError" in out  # the log came back
     (row,) = deploy.store.rows()  # the failure is kept, blamed on no knob (the script's own)

@@ -1804,7 +1804,8 @@ def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the
             "list it in application.files; " + RUN_AGAIN) in said and said.endswith(RUN_AGAIN)
     # (a rerun of the same request finds this search as it ended: a fix outside its files
     # needs a new run, which the message names)
-    assert "-e modak_new_run=true" in RUN_AGAIN
+    assert RUN_AGAIN.endswith("add -e modak_new_run=true (to opera deploy: MODAK_NEW_RUN=1 in "
+                              "its environment)")
     assert ActionModule._broken(halving, records, "none").endswith(
         "the Python the job runs lacks: install it there (no container runs the job, and "
         "application.pip_packages go into an image only); or a module of the user's the run "

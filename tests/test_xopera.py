@@ -75,3 +75,45 @@ def test_blueprint_errors_come_from_modak_before_anything_runs(opera, tmp_path):
     assert ("topology_template.node_templates.train.properties.optimisation.compilers[0]"
             in proc.stderr)
     assert not (tmp_path / "opera" / "state").exists()  # xOpera never started
+
+
+def test_an_opera_deploy_asks_for_a_new_run_through_its_environment(tmp_path, fitted_model):
+    """What ``-e modak_new_run=true`` is to the playbook, ``MODAK_NEW_RUN=1`` is to an
+    ``opera deploy``: its create operation plans the same blueprint as a new run, and the
+    operations after it (configure, start: the same role, without it) find that run, as
+    does a later create without it.  Run here as xOpera runs the operation's playbook,
+    with the node's properties as variables, on this host."""
+    from deploying import copy_model, ok
+    copy_model(fitted_model, tmp_path)
+    variables = {
+        "job_properties": {
+            "application": {"framework": "pytorch", "framework_version": "2.13",
+                            "model": "mnist-cnn", "script": "workloads/train.py",
+                            "arguments": ["--model", "mnist-cnn", "--steps", "5"],
+                            "batch_size": 128},
+            "job_options": {"job_name": "mnist-cnn", "wall_time_limit": "00:10:00"},
+            "optimisation": {}, "environment": {}},
+        "target_properties": {"scheduler": "local", "container_runtime": "none",
+                              "frontend": {"host": "127.0.0.1",
+                                           "work_dir": str(tmp_path / "runs")}}}
+    (tmp_path / "vars.json").write_text(json.dumps(variables))
+
+    def create(new_run):
+        env = dict(os.environ, MODAK_STATE_DIR=str(tmp_path / "state"), MODAK_CSAR_ROOT=str(ROOT),
+                   MODAK_RESULTS=str(tmp_path / "results.sqlite"),
+                   MODAK_MODEL=str(tmp_path / "model.joblib"), ANSIBLE_SHOW_CUSTOM_STATS="true",
+                   MODAK_NEW_RUN=new_run)
+        proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                               "tosca/playbooks/job-create.yml", "-e",
+                               f"@{tmp_path / 'vars.json'}"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        ok(proc)
+        return json.loads(proc.stdout.split("RUN: ", 1)[1].split("\n", 1)[0])["run_id"]
+
+    first = create("")
+    assert create("0") == first  # (the same blueprint: the same run)
+    again = create("1")
+    assert again != first and again.startswith(first + "-")
+    assert create("") == again
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        f"mnist-cnn-{first}", f"mnist-cnn-{again}"]

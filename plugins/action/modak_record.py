@@ -33,8 +33,8 @@ class ActionModule(ActionBase):
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
         check_library("modak_record")
         try:
-            from modak_lib.results import (RUN_AGAIN, ResultsStore, StoreError, job_elapsed,
-                                           kept, parse_fom_lines, row_from_fom,
+            from modak_lib.results import (NEW_RUN, RUN_AGAIN, ResultsStore, StoreError,
+                                           job_elapsed, kept, parse_fom_lines, row_from_fom,
                                            script_failure)
             from modak_runtime.record import loss_figures
         except ImportError as exc:
@@ -54,7 +54,7 @@ class ActionModule(ActionBase):
                     "the runtime (python3 -m modak_runtime) did not run, was killed before its "
                     "end, or its output could not be written (a full disk); nothing was "
                     "recorded. The run is kept as it is: to run the job again, add "
-                    "-e modak_new_run=true" % args["output"])
+                    "%s" % (args["output"], NEW_RUN))
             result.update(changed=False, recorded=0, measured=None)
             return result
         target = plan["target"]

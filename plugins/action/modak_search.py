@@ -175,9 +175,10 @@ class ActionModule(ActionBase):
             [(c, bool((p.get("prediction") or {}).get("measured")))
              for c, p in zip(ranked, plan["candidates"])], args["candidates"], stock)
         if stock is None:
+            from modak_lib.results import NEW_RUN
             raise AnsibleActionFail("the plan has no stock candidate (no compiler, all "
-                                    "cores, glibc, fp32) to compare trials with (-e "
-                                    "modak_new_run=true plans the request again)")
+                                    "cores, glibc, fp32) to compare trials with (%s plans "
+                                    "the request again)" % NEW_RUN)
         pred = next((c.get("prediction") for c in plan["candidates"]
                      if Configuration(**c["configuration"]) == stock), None) or {}
         per_step = pred.get("seconds")

@@ -100,6 +100,10 @@ NEW_RUN = "-e modak_new_run=true (to opera deploy: MODAK_NEW_RUN=1 in its enviro
 RUN_AGAIN = ("a deploy of the same request finds this run as it ended: once it is fixed "
              "outside the request and its files (an edited script or request is a new run by "
              f"itself), add {NEW_RUN}")
+# the same, after a run that failed under one of MODAK's knobs: a new run is planned without
+# that configuration (which is not offered again)
+RUN_AGAIN_WITHOUT_KNOB = ("a deploy of the same request finds this run as it ended: add "
+                          f"{NEW_RUN} to plan it again without that configuration")
 
 
 def missing_module_hint(runtime: Optional[str]) -> str:

@@ -331,8 +331,11 @@ def test_a_script_that_breaks_under_a_knob_fails_naming_it_and_is_not_offered_it
                     if c["configuration"]["compiler"])
     proc, _ = local_deploy(tmp_path, proj / "request.json", modak_force=compiled)
     assert proc.returncode != 0
-    assert re.search(r"ended FAILED \(exit code 1\); the run failed under the knob compiler",
-                     proc.stdout), proc.stdout[-3000:]
+    assert re.search(r"ended FAILED \(exit code 1\); the run failed under the knob compiler"
+                     r"[^\n]*: that configuration is not offered again; a deploy of the same "
+                     r"request finds this run as it ended: add -e modak_new_run=true \(to opera "
+                     r"deploy: MODAK_NEW_RUN=1 in its environment\) to plan it again without "
+                     r"that configuration; its output is in", proc.stdout), proc.stdout[-3000:]
     (row,) = ResultsStore(tmp_path / "store.sqlite").rows()
     assert row["status"] == "failed" and row["failed_knob"] == "compiler"
     again = plan_json(proj / "request.json", env, "--infra",

@@ -33,9 +33,9 @@ class ActionModule(ActionBase):
         dummy, args = self.validate_argument_spec(argument_spec=ARGS)
         check_library("modak_record")
         try:
-            from modak_lib.results import (NEW_RUN, RUN_AGAIN, ResultsStore, StoreError,
-                                           job_elapsed, kept, parse_fom_lines, row_from_fom,
-                                           script_failure)
+            from modak_lib.results import (NEW_RUN, RUN_AGAIN, RUN_AGAIN_WITHOUT_KNOB,
+                                           ResultsStore, StoreError, job_elapsed, kept,
+                                           parse_fom_lines, row_from_fom, script_failure)
             from modak_runtime.record import loss_figures
         except ImportError as exc:
             raise AnsibleActionFail("modak_record needs the modak library on the controller: %s"
@@ -113,7 +113,8 @@ class ActionModule(ActionBase):
                       refitted=refitted,
                       status=last.get("status"), error=last.get("error"),
                       script_failed=failure,
-                      run_again=RUN_AGAIN if failure else None,
+                      run_again=RUN_AGAIN if failure else RUN_AGAIN_WITHOUT_KNOB
+                      if (last.get("error") or {}).get("knob") else None,
                       applied=last.get("applied") or {},
                       not_applied=last.get("not_applied") or {},
                       effect=last.get("effect") or {},

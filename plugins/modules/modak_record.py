@@ -135,7 +135,8 @@ run_again:
   description:
     - For a run whose script failed (RV(script_failed)), that a deploy of the same request
       finds it as it ended, and how to run it anew once the cause is fixed outside the
-      request's files; the deploy's failure line says it. Null otherwise.
+      request's files; for a run that failed under a knob, how to plan it again without
+      that configuration. The deploy's failure line says it. Null otherwise.
   returned: when figures were found
   type: str
 applied:

@@ -1794,6 +1794,16 @@ def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the
         assert not ActionModule._trial(rec(STOCK, error), Trial, Configuration,
                                        STOCK).script_error, error
     halving = Halving([STOCK, TCMALLOC], STOCK, job_steps=1000, budget_s=100.0)
+    # the round's candidates after stock's failed trial are not run: they would fail alike
+    stock_failed = [ActionModule._trial(rec(STOCK, raised, "rstock"), Trial, Configuration,
+                                        STOCK)]
+    assert halving.skip(TCMALLOC, stock_failed) == (
+        "stock's trial failed in the script itself (No module named 'gcn'): its trial would "
+        "fail the same way")
+    assert halving.skip(STOCK, stock_failed) is None
+    for error in ({**raised, "knob": "compiler"}, {"message": "NODE_FAIL"}):
+        assert halving.skip(TCMALLOC, [ActionModule._trial(rec(STOCK, error), Trial,
+                                                           Configuration, STOCK)]) is None
     records = [rec(TCMALLOC, raised, "rtc"), rec(STOCK, raised, "rstock")]
     halving.record([ActionModule._trial(r, Trial, Configuration, STOCK) for r in records])
     assert halving.next_round() is None and halving.stock_broken() == "No module named 'gcn'"

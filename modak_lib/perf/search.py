@@ -730,9 +730,18 @@ class Halving:
         whose compiler an earlier trial in its image was still running when its cap stopped
         it, where this one's cap is not :data:`RECOMPILE_SHARE` times as long
         (:func:`compiling_in`), or an earlier search's trial of it here
-        (:func:`compiled_earlier`): its share goes to the candidates after it."""
+        (:func:`compiled_earlier`): its share goes to the candidates after it.  Nor any
+        candidate once stock's trial in the round failed in the script itself (a package the
+        job's Python lacks, a file the run directory lacks): each of them would fail the
+        same way, and the search stops with stock's failure (a Keras script in a Python
+        without TensorFlow ran all four trials of its round, each failing in a second)."""
         if configuration == self.stock:
             return None
+        broken = next((t for t in done if t.configuration == self.stock
+                       and t.s_per_step is None and t.script_error), None)
+        if broken is not None:
+            return (f"stock's trial failed in the script itself ({broken.failed}): its trial "
+                    "would fail the same way")
         why = refused_in(configuration, done)
         if why or not math.isfinite(self.budget_s):
             return why

@@ -163,7 +163,7 @@ class Application(Strict):
     epochs: Optional[Count(10_000_000)] = Field(
         None, description="epochs the job will run, if known, instead of its steps: as many "
         "steps as an epoch of the script makes, as its runs measured them (a pass over its "
-        "training data loader, Keras fit's steps per epoch)")
+        "training data loader or tf.data dataset, Keras fit's steps per epoch)")
     build: Optional[Build] = None
     user_image: Optional[str] = Field(
         None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,255}$",

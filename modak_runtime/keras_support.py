@@ -29,6 +29,7 @@ import sys
 import weakref
 from typing import Any, Optional
 
+from .epochs import Epochs
 from .hooks import when_imported
 from .session import Session
 from .torch_support import _is_module, fingerprint_id
@@ -94,6 +95,8 @@ class _Keras:
         self.last_input: Any = None  # the latest outermost model call's input, till training
         self.calling = 0             # model calls under way (nested ones are not noted)
         self.unwatch: Optional[Any] = None
+        # the epoch's length of a loop of its own over a tf.data dataset (fit says its own)
+        self.epochs = Epochs(session, "dataset", _dataset_batches)
         if cfg.precision != "fp32":
             policy = "mixed_bfloat16" if cfg.precision == "bf16" else "mixed_float16"
             keras.mixed_precision.set_global_policy(policy)
@@ -190,6 +193,7 @@ class _Keras:
         tf = sys.modules.get("tensorflow")
         if tf is not None and keras.backend.backend() == "tensorflow":
             self._patch_own_loops(tf)
+            self._patch_datasets(tf)
         elif keras.backend.backend() != "tensorflow":
             self._patch_eager_loops()
 
@@ -288,6 +292,29 @@ class _Keras:
         Optimizer.apply, Function.__call__ = timed_apply, timed_call
         tf.GradientTape.gradient = noted_gradient
 
+    def _patch_datasets(self, tf) -> None:
+        """The passes over ``tf.data`` datasets that a script's own eager loop makes (``for
+        x, y in dataset``) and their batches, for the epoch's length (:class:`Epochs`); a
+        TensorFlow without the iterator class where it is leaves the epoch unmeasured."""
+        iterator_class = getattr(sys.modules.get("tensorflow.python.data.ops.iterator_ops"),
+                                 "OwnedIterator", None)
+        if iterator_class is None:
+            return
+        me, Dataset = self, tf.data.Dataset
+        original_iter, original_next = Dataset.__iter__, iterator_class.__next__
+
+        def pass_over(dataset):
+            iterator = original_iter(dataset)
+            me.epochs.pass_began(dataset, iterator)
+            return iterator
+
+        def next_batch(iterator):
+            me.epochs.batch(iterator)
+            return original_next(iterator)
+
+        pass_over.__wrapped__, next_batch.__wrapped__ = original_iter, original_next
+        Dataset.__iter__, iterator_class.__next__ = pass_over, next_batch
+
     def own_step(self, x: Any, out: Any) -> None:
         """A step of the script's own loop ended (``x``: the step function's first argument,
         its batch; ``out``: what it returned)."""
@@ -303,6 +330,7 @@ class _Keras:
                 self.s.loss(float(loss))
             except (TypeError, ValueError):
                 pass
+        self.epochs.at_step()
         self.s.step_done()
 
     def _trained_model(self) -> Any:
@@ -381,6 +409,7 @@ class _Keras:
 
     def finish(self) -> None:
         s = self.s
+        self.epochs.finish()
         if self.first is not None:
             model = self.first()  # (the script may have let it go: its facts as noted)
             facts = _facts(model) if model is not None else self.first_facts
@@ -403,6 +432,12 @@ class _Keras:
                            "Model.compile(jit_compile=True) does not reach "
                            "(TF_XLA_FLAGS is not set)")
                 s.withdraw("compiler", why)
+
+
+def _dataset_batches(dataset) -> Optional[int]:
+    """A ``tf.data`` dataset's batches, where it states them (None: infinite or unknown)."""
+    n = int(dataset.cardinality())
+    return n if n >= 0 else None
 
 
 def _note(held: dict[int, weakref.ref], obj: Any) -> None:

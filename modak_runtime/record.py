@@ -102,9 +102,10 @@ class Metrics:
     losses: list[list[float]] = field(default_factory=list)  # [step, loss], sampled
     accuracy: Optional[float] = None
     # the optimizer steps one epoch makes, where the run shows it: counted over a whole pass
-    # over the training data loader, else its batches over the step's micro-batches, or
-    # Keras ``fit``'s steps per epoch (``effect["steps_per_epoch"]`` says which); None for
-    # a loop over no loader of known length.  A job stated in epochs is that many steps
+    # over the training data loader (or a Keras loop's tf.data dataset), else its batches
+    # over the step's micro-batches, or Keras ``fit``'s steps per epoch
+    # (``effect["steps_per_epoch"]`` says which); None for a loop over no loader of known
+    # length.  A job stated in epochs is that many steps
     steps_per_epoch: Optional[int] = None
 
 

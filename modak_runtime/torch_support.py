@@ -35,6 +35,7 @@ import weakref
 from collections import defaultdict
 from typing import Any, Optional
 
+from .epochs import Epochs
 from .hooks import when_imported
 from .session import Session
 
@@ -46,7 +47,6 @@ MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_convolution"}
 # between (a GAN's second optimizer steps between the first one's steps)
 NEXT_MODEL_STEPS = 2
 LATER_MODELS_KEPT = 8  # the later models the record describes one by one (it counts all)
-PASSES_KEPT = 16  # the latest passes over data loaders kept, for the epoch's length
 
 
 def install(session: Session) -> None:
@@ -129,15 +129,8 @@ class _Torch:
         # the dtype of an autocast the script itself opened around its trained module's
         # call (seen at the first call of the counted step; "" when it opened none)
         self.own_autocast: Optional[str] = None
-        # the epoch's length (Session.steps_per_epoch): the passes over data loaders begun
-        # lately (their iterators' ids -> the loader, weakly held as the script holds it,
-        # and the steps made when the pass began), the pass whose batch came last, and the
-        # loader the trained model's steps ran over, when its pass began and its batches
-        self.passes: dict[int, tuple[weakref.ref, int]] = {}
-        self.batch_from: Optional[int] = None
-        self.train_loader: Optional[weakref.ref] = None
-        self.train_from = 0
-        self.train_batches: Optional[int] = None
+        # the epoch's length (Session.steps_per_epoch), from the passes over data loaders
+        self.epochs = Epochs(session, "data loader", len)
         self._patch()
         session.finishers.append(self.finish)
 
@@ -193,7 +186,7 @@ class _Torch:
 
         def pass_over(loader):
             iterator = original_iter(loader)
-            me.pass_began(loader, iterator)
+            me.epochs.pass_began(loader, iterator)
             return iterator
 
         pass_over.__wrapped__ = original_iter
@@ -201,59 +194,11 @@ class _Torch:
         original_next = iterator_class.__next__
 
         def next_batch(iterator):
-            me.batch_from = id(iterator)
+            me.epochs.batch(iterator)
             return original_next(iterator)
 
         next_batch.__wrapped__ = original_next
         iterator_class.__next__ = next_batch
-
-    # -- the epoch ------------------------------------------------------------------
-    def pass_began(self, loader, iterator) -> None:
-        """A pass over ``loader`` begins (``DataLoader.__iter__``).  Where it is the training
-        loader's next pass, the steps since its last one began are an epoch's, counted
-        (a script that breaks off its epochs early is counted as it runs them)."""
-        steps = len(self.s.step_ends)
-        train = self.train_loader() if self.train_loader is not None else None
-        if train is loader:
-            if steps > self.train_from:
-                self.s.steps_per_epoch = steps - self.train_from
-                self.s.effect["steps_per_epoch"] = (
-                    "counted: the optimizer steps of a whole pass over the training data "
-                    "loader")
-            self.train_from = steps
-        try:
-            self.passes[id(iterator)] = (weakref.ref(loader), steps)
-        except TypeError:  # (a loader that takes no weak reference: no epoch for it)
-            return
-        while len(self.passes) > PASSES_KEPT:  # (the oldest first: dicts keep their order)
-            del self.passes[next(iter(self.passes))]
-
-    def _training_loader(self) -> None:
-        """At a step of the trained model: the loader whose batch came last is the one it
-        trains over (not a validation loader, whose pass within or between the epochs
-        ended before the step's batch came)."""
-        entry = self.passes.get(self.batch_from) if self.batch_from is not None else None
-        if entry is None or (self.train_loader is not None
-                             and entry[0]() is self.train_loader()):
-            return
-        self.train_loader, self.train_from = entry
-        loader = entry[0]()
-        try:
-            self.train_batches = len(loader) if loader is not None else None
-        except TypeError:  # an iterable dataset of no stated length
-            self.train_batches = None
-
-    def _epoch_from_batches(self) -> None:
-        """No whole pass over the training loader was seen (a trial stopped within the first
-        epoch): an epoch is its batches over the micro-batches one step trains on."""
-        s = self.s
-        if s.steps_per_epoch is not None or not self.train_batches:
-            return
-        micro = s.fingerprint.micro_batches or 1
-        s.steps_per_epoch = max(1, self.train_batches // micro)
-        s.effect["steps_per_epoch"] = (
-            f"the training data loader's {self.train_batches} batches over {micro} "
-            f"micro-batch{'es' if micro > 1 else ''} a step")
 
     # -- the trained modules --------------------------------------------------------
     @property
@@ -408,7 +353,7 @@ class _Torch:
         else:
             return
         s = self.s
-        self._training_loader()
+        self.epochs.at_step()
         self.step_loss = self.pending_loss  # (the trained model's, not a later critic's)
         if self.pending_loss is not None and s.loss_due():
             s.loss(float(self.pending_loss))
@@ -513,7 +458,7 @@ class _Torch:
         last = self.step_loss if self.step_loss is not None else self.pending_loss
         if last is not None:
             s.last_loss = float(last)
-        self._epoch_from_batches()
+        self.epochs.finish(s.fingerprint.micro_batches or 1)
         s.effect["threads"] = torch.get_num_threads()
         s.effect["interop_threads"] = torch.get_num_interop_threads()
         s.effect["onednn"] = bool(torch.backends.mkldnn.enabled)

@@ -119,17 +119,20 @@ def test_a_keras_model_the_script_compiles_with_xla_itself_is_reported_and_not_c
     assert "script_compile" not in ours["effect"] and ours["effect"]["compiled"] is True
 
 
-@pytest.mark.parametrize("mode", ["function", "eager", "fit-after"])
+@pytest.mark.parametrize("mode", ["function", "eager", "fit-after", "dataset"])
 def test_a_keras_scripts_own_training_loop_is_timed(mode):
     """A script's own loop on TensorFlow (GradientTape, apply_gradients) never calls Keras'
     step function: each call of the tf.function that applied the gradients is a step (in an
     eager loop, each apply), with its loss, and the model it trains is fingerprinted; a
     later ``fit`` adds its own steps, each counted once.  With every knob at its default the
-    script prints what it prints plainly."""
+    script prints what it prints plainly.  Over a ``tf.data`` dataset, an epoch's steps are
+    counted over a whole pass over it (not over the validation dataset it passes over after
+    each), else, in a trial its cap stopped within the first epoch, its stated batches."""
     need("keras")
     need("tensorflow")
     env = {"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    args = {"function": [], "eager": ["--eager"], "fit-after": ["--fit-after"]}[mode]
+    args = {"function": [], "eager": ["--eager"], "fit-after": ["--fit-after"],
+            "dataset": ["--dataset"]}[mode]
     rc0, plain, _, _ = run(SCRIPTS / "keras_tape.py", *args, env=env, runtime=False)
     rc1, wrapped, rec, err = run(SCRIPTS / "keras_tape.py", *args, env=env)
     assert rc0 == rc1 == 0, err
@@ -145,6 +148,18 @@ def test_a_keras_scripts_own_training_loop_is_timed(mode):
     # (an eager loop's batch is the input of the model's call before its first step)
     assert fp["batch_size"] == 32
     assert fp["flops_per_step"] == 3 * 2 * (20 * 64 + 64 * 2) * 32
+    if mode == "dataset":
+        assert m["steps_per_epoch"] == 8
+        assert rec["effect"]["steps_per_epoch"] == (
+            "counted: the optimizer steps of a whole pass over the training dataset")
+        rc, _, capped, err = run(SCRIPTS / "keras_tape.py", *args,
+                                 env={**env, "MODAK_MAX_STEPS": "5"})
+        assert rc == 0, err
+        assert capped["metrics"]["steps"] == 5 and capped["metrics"]["steps_per_epoch"] == 8
+        assert capped["effect"]["steps_per_epoch"] == (
+            "the training dataset's 8 batches over 1 micro-batch a step")
+    elif mode != "fit-after":  # (a loop over arrays states no epoch; fit does its own)
+        assert m["steps_per_epoch"] is None and "steps_per_epoch" not in rec["effect"]
     if mode == "function":  # XLA reaches its tf.function only by TF_XLA_FLAGS, and says so
         rc, _, xla, err = run(SCRIPTS / "keras_tape.py", env={**env, "MODAK_JIT_COMPILE": "1"})
         assert rc == 0, err

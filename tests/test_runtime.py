@@ -2049,6 +2049,13 @@ def test_files_the_arguments_and_their_settings_name_are_named_and_outputs_are_n
                    "files": ["settings.json", "extra.yaml", "checkpoints"]}) == [
         "series.csv", "words.txt"]
     assert unsent({"script": "train.py"}) == ["checkpoints/best.pt", "log.txt"]
+    # a settings file past MODAK's reading limits (an alias bomb) is named, not read
+    bomb = "a: &a [words.txt, words.txt]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(20))
+    (tmp_path / "bomb.yaml").write_text(bomb)
+    assert unsent({"script": "train.py", "arguments": ["--config", "bomb.yaml"]}) == [
+        "bomb.yaml", "checkpoints/best.pt", "log.txt"]
 
 
 def test_sigterm_reaches_the_script_even_as_pid_1(tmp_path):

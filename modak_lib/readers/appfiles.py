@@ -23,6 +23,7 @@ from typing import Optional
 
 from ..errors import InputError
 from ..models import JobRequest
+from .common import load_document
 
 MAX_FILES = 2000
 MAX_BYTES = 512 * 1024 * 1024
@@ -222,32 +223,28 @@ def _written(tree: ast.AST) -> set[int]:
             if isinstance(mode, ast.Constant) and isinstance(mode.value, str) \
                     and set(mode.value) & set("wax") and "+" not in mode.value:
                 out.update(id(c) for c in _path_constants(node.args[0]))
-        elif name in WRITING_CALLS:
+            continue
+        if name in WRITING_CALLS:
             for arg in node.args:
                 out.update(id(c) for c in _path_constants(arg))
-            if name in WRITING_METHODS and isinstance(node.func, ast.Attribute):
-                out.update(id(c) for c in _path_constants(node.func.value))
-        elif name in WRITING_METHODS and isinstance(node.func, ast.Attribute):
+        if name in WRITING_METHODS and isinstance(node.func, ast.Attribute):
             out.update(id(c) for c in _path_constants(node.func.value))
     return out
 
 
 def _settings_strings(path: Path) -> list[str]:
     """The strings a settings file (JSON, YAML or TOML, by its name) holds, keys aside;
-    none for one that does not parse or is larger than :data:`MAX_SETTINGS_BYTES`."""
+    none for one that does not parse, is larger than :data:`MAX_SETTINGS_BYTES`, or is
+    past the limits MODAK reads its own inputs within (aliases, depth, values:
+    ``common.load_document``)."""
     try:
         if path.stat().st_size > MAX_SETTINGS_BYTES:
             return []
-        text = path.read_text()
-        if path.suffix == ".json":
-            import json
-            data = json.loads(text)
-        elif path.suffix == ".toml":
+        if path.suffix == ".toml":
             import tomllib
-            data = tomllib.loads(text)
+            data = tomllib.loads(path.read_text())
         else:
-            import yaml
-            data = yaml.safe_load(text)
+            data = load_document(path)
     except Exception:  # (any parser's error: a file that is not what its name says)
         return []
     out: list[str] = []

@@ -64,6 +64,25 @@ def test_the_outputs_are_packed_and_unpacked_as_regular_files_and_folders(tmp_pa
     assert (dest / "metrics.json").read_text() == '{"loss": 0.05}'
 
 
+def test_a_file_gone_or_unreadable_when_packed_is_left_out_and_named(tmp_path, monkeypatch):
+    """A file listed, then gone (or unreadable) when the archive is written: the archive
+    holds the others, whole, and the file is named with why."""
+    run = _run_dir(tmp_path)
+    listed = outputs.collect
+
+    def then_gone(*args):
+        got = listed(*args)
+        (run / "checkpoints" / "best.pt").unlink()
+        return got
+
+    monkeypatch.setattr(outputs, "collect", then_gone)
+    got = outputs.pack(str(run), ["checkpoints"], str(run / "out.tgz"), 2 ** 20)
+    assert got["files"] == ["checkpoints/old/e1.pt"]
+    assert "checkpoints/best.pt (not readable: No such file or directory)" in got["skipped"]
+    assert outputs.unpack(got["archive"], str(tmp_path / "back"))[0] == [
+        "checkpoints/old/e1.pt"]
+
+
 def test_nothing_is_packed_past_the_limit_or_where_nothing_was_written(tmp_path):
     run = _run_dir(tmp_path)
     archive = run / "out.tgz"

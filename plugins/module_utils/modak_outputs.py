@@ -97,22 +97,27 @@ def pack(run_dir, paths, archive, max_bytes):
     """Write the archive of :func:`collect`'s members to ``archive`` (whole: a temporary
     file renamed into place); None for the archive where no member was found."""
     members, missing, skipped, total = collect(run_dir, paths, max_bytes)
-    result = dict(missing=missing, skipped=["%s (%s)" % (n, w) for n, w in skipped],
-                  files=sorted(n for p, n in members if not os.path.isdir(p)), bytes=total,
-                  archive=None)
-    if not members:
-        return result
-    fd, tmp = tempfile.mkstemp(prefix=".modak-outputs-", dir=os.path.dirname(archive))
-    try:
-        with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
-            for path, name in members:
-                tar.add(path, arcname=name, recursive=False)
-        os.rename(tmp, archive)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    result["archive"] = archive
+    result = dict(missing=missing, skipped=[], files=[], bytes=total, archive=None)
+    if members:
+        fd, tmp = tempfile.mkstemp(prefix=".modak-outputs-", dir=os.path.dirname(archive))
+        try:
+            with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w:gz") as tar:
+                for path, name in members:
+                    try:  # (opened before its header is written: a failure adds nothing)
+                        tar.add(path, arcname=name, recursive=False)
+                    except OSError as exc:  # (unreadable, or gone since it was listed)
+                        skipped.append((name, "not readable: %s" % exc.strerror))
+                        continue
+                    if not os.path.isdir(path):
+                        result["files"].append(name)
+            os.rename(tmp, archive)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        result["archive"] = archive
+    result["files"].sort()
+    result["skipped"] = ["%s (%s)" % (n, w) for n, w in skipped]
     return result
 
 

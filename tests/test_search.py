@@ -1798,15 +1798,24 @@ def test_the_scripts_own_failure_in_stocks_trial_stops_the_deploy_a_knobs_or_the
     stock_failed = [ActionModule._trial(rec(STOCK, raised, "rstock"), Trial, Configuration,
                                         STOCK)]
     assert halving.skip(TCMALLOC, stock_failed) == (
-        "stock's trial failed in the script itself (No module named 'gcn'): its trial would "
-        "fail the same way")
+        "not tried: stock's trial failed in the script itself (No module named 'gcn'): its "
+        "trial would fail the same way")
     assert halving.skip(STOCK, stock_failed) is None
     for error in ({**raised, "knob": "compiler"}, {"message": "NODE_FAIL"}):
         assert halving.skip(TCMALLOC, [ActionModule._trial(rec(STOCK, error), Trial,
                                                            Configuration, STOCK)]) is None
+    # the search ends there, each candidate's verdict saying what its trial came to
+    ended = Halving([STOCK, TCMALLOC], STOCK, job_steps=1000, budget_s=100.0)
+    ended.next_round()
+    ended.record(stock_failed + [Trial(TCMALLOC, 0, None, skipped=True,
+                                       failed=ended.skip(TCMALLOC, stock_failed))])
+    assert ended.next_round() is None and ended.out.verdicts == {
+        STOCK.label(): "stock failed: No module named 'gcn'",
+        TCMALLOC.label(): ended.skip(TCMALLOC, stock_failed)}
     records = [rec(TCMALLOC, raised, "rtc"), rec(STOCK, raised, "rstock")]
     halving.record([ActionModule._trial(r, Trial, Configuration, STOCK) for r in records])
     assert halving.next_round() is None and halving.stock_broken() == "No module named 'gcn'"
+    assert halving.out.verdicts[TCMALLOC.label()] == "failed: No module named 'gcn'"
     said = ActionModule._broken(halving, records)
     assert said.startswith("the script failed in stock's trial (No module named 'gcn')")
     assert ("the trial's output is that of run rstock; a package the image lacks: list it "

@@ -740,8 +740,8 @@ class Halving:
         broken = next((t for t in done if t.configuration == self.stock
                        and t.s_per_step is None and t.script_error), None)
         if broken is not None:
-            return (f"stock's trial failed in the script itself ({broken.failed}): its trial "
-                    "would fail the same way")
+            return (f"not tried: stock's trial failed in the script itself ({broken.failed}): "
+                    "its trial would fail the same way")
         why = refused_in(configuration, done)
         if why or not math.isfinite(self.budget_s):
             return why
@@ -928,6 +928,12 @@ class Halving:
         if base is None or base.s_per_step is None:  # nothing to compare with
             out.verdicts[self.stock.label()] = "stock failed: " + str(
                 base.failed if base else "not measured")
+            for c in self.pool[1:]:  # (each with what its own trial came to)
+                t = results.get(c)
+                out.verdicts[c.label()] = ("not measured" if t is None else
+                                           t.failed if t.skipped else
+                                           f"failed: {t.failed}" if t.failed else
+                                           "not compared: stock measured nothing")
             self.pool, self.finished = [self.stock], True
             return
         ranked = []

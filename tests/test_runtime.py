@@ -2044,10 +2044,11 @@ def test_files_the_arguments_and_their_settings_name_are_named_and_outputs_are_n
     assert unsent({"script": "train.py", "arguments": args}) == [
         "checkpoints/best.pt", "extra.yaml", "log.txt", "series.csv", "settings.json",
         "words.txt"]
-    # the settings sent, what they name not: still named
+    # the settings sent, what they name not: still named (and the log the script appends
+    # to and reads, 'a+')
     assert unsent({"script": "train.py", "arguments": args,
                    "files": ["settings.json", "extra.yaml", "checkpoints"]}) == [
-        "series.csv", "words.txt"]
+        "log.txt", "series.csv", "words.txt"]
     assert unsent({"script": "train.py"}) == ["checkpoints/best.pt", "log.txt"]
     # a settings file past MODAK's reading limits (an alias bomb) is named, not read
     bomb = "a: &a [words.txt, words.txt]\n" + "".join(

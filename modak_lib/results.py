@@ -91,12 +91,12 @@ MISSING_MODULE_HOST = ("a package the Python the job runs lacks: install it ther
                        "application.files")
 
 
-# what a deploy of the same request does after a run the script failed: it is the same run,
-# found as it ended (README, *Deploying*), so a fix outside the request's files (a package
-# installed where the job runs, a dataset put in place) needs a new run
 # how a deploy asks for a new run of the same request: the playbook's variable, and the
 # environment variable that an `opera deploy` (tosca/playbooks/job-create.yml) reads
 NEW_RUN = "-e modak_new_run=true (to opera deploy: MODAK_NEW_RUN=1 in its environment)"
+# what a deploy of the same request does after a run the script failed: it is the same run,
+# found as it ended (README, *Deploying*), so a fix outside the request's files (a package
+# installed where the job runs, a dataset put in place) needs a new run
 RUN_AGAIN = ("a deploy of the same request finds this run as it ended: once it is fixed "
              "outside the request and its files (an edited script or request is a new run by "
              f"itself), add {NEW_RUN}")

@@ -1,11 +1,10 @@
 """An epoch's length, counted from the passes a script's loop makes over its training data.
 
-A framework's support patches the start of a pass over a data source (PyTorch's
-``DataLoader.__iter__``, a ``tf.data.Dataset``'s) and the fetching of its batches, and
-tells :class:`Epochs` of each (:meth:`Epochs.pass_began`, :meth:`Epochs.batch`); at each
-optimizer step of the trained model, :meth:`Epochs.at_step` takes the source whose batch
-came last as the one it trains over (not a validation source, whose pass ended before the
-step's batch came).  The steps between two passes over that source are an epoch's
+A framework's support has :meth:`Epochs.watch` hook the start of each pass over a data
+source (PyTorch's ``DataLoader.__iter__``, a ``tf.data.Dataset``'s) and the fetching of its
+batches (:meth:`Epochs.pass_began`, :meth:`Epochs.batch`); at each optimizer step of the
+trained model, :meth:`Epochs.at_step` takes the source whose batch came last as the one it
+trains over (not a validation source, whose pass ended before the step's batch came).  The steps between two passes over that source are an epoch's
 (``Session.steps_per_epoch``, said in ``effect["steps_per_epoch"]``); where no whole pass
 was seen (a trial stopped within the first epoch), :meth:`Epochs.finish` takes the source's
 stated number of batches over the micro-batches a step trains on.
@@ -35,6 +34,28 @@ class Epochs:
         self.train_source: Optional[weakref.ref] = None
         self.train_from = 0
         self.train_batches: Optional[int] = None
+
+    def watch(self, source_class: type, iterator_class: Optional[type]) -> None:
+        """Hook the start of each pass over a ``source_class`` (its ``__iter__``) and each
+        batch its iterators (of ``iterator_class``) fetch.  Without the iterator class (a
+        private one, which another version of the framework may not have) the epoch is
+        left unmeasured, never the script broken."""
+        if iterator_class is None:
+            return
+        me = self
+        original_iter, original_next = source_class.__iter__, iterator_class.__next__
+
+        def pass_over(source):
+            iterator = original_iter(source)
+            me.pass_began(source, iterator)
+            return iterator
+
+        def next_batch(iterator):
+            me.batch(iterator)
+            return original_next(iterator)
+
+        pass_over.__wrapped__, next_batch.__wrapped__ = original_iter, original_next
+        source_class.__iter__, iterator_class.__next__ = pass_over, next_batch
 
     def pass_began(self, source: Any, iterator: Any) -> None:
         """A pass over ``source`` begins.  Where it is the training source's next pass,

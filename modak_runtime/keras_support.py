@@ -193,7 +193,11 @@ class _Keras:
         tf = sys.modules.get("tensorflow")
         if tf is not None and keras.backend.backend() == "tensorflow":
             self._patch_own_loops(tf)
-            self._patch_datasets(tf)
+            # the passes over tf.data datasets a loop of its own makes (``for x, y in
+            # dataset``), for the epoch's length
+            self.epochs.watch(tf.data.Dataset, getattr(
+                sys.modules.get("tensorflow.python.data.ops.iterator_ops"), "OwnedIterator",
+                None))
         elif keras.backend.backend() != "tensorflow":
             self._patch_eager_loops()
 
@@ -291,29 +295,6 @@ class _Keras:
         noted_gradient.__wrapped__ = gradient
         Optimizer.apply, Function.__call__ = timed_apply, timed_call
         tf.GradientTape.gradient = noted_gradient
-
-    def _patch_datasets(self, tf) -> None:
-        """The passes over ``tf.data`` datasets that a script's own eager loop makes (``for
-        x, y in dataset``) and their batches, for the epoch's length (:class:`Epochs`); a
-        TensorFlow without the iterator class where it is leaves the epoch unmeasured."""
-        iterator_class = getattr(sys.modules.get("tensorflow.python.data.ops.iterator_ops"),
-                                 "OwnedIterator", None)
-        if iterator_class is None:
-            return
-        me, Dataset = self, tf.data.Dataset
-        original_iter, original_next = Dataset.__iter__, iterator_class.__next__
-
-        def pass_over(dataset):
-            iterator = original_iter(dataset)
-            me.epochs.pass_began(dataset, iterator)
-            return iterator
-
-        def next_batch(iterator):
-            me.epochs.batch(iterator)
-            return original_next(iterator)
-
-        pass_over.__wrapped__, next_batch.__wrapped__ = original_iter, original_next
-        Dataset.__iter__, iterator_class.__next__ = pass_over, next_batch
 
     def own_step(self, x: Any, out: Any) -> None:
         """A step of the script's own loop ended (``x``: the step function's first argument,

@@ -175,30 +175,10 @@ class _Torch:
 
         backward.__wrapped__ = original_backward
         torch.autograd.backward = backward
-        # (a private class: a torch without it leaves the epoch unmeasured, not the script
-        # broken)
-        iterator_class = getattr(sys.modules.get("torch.utils.data.dataloader"),
-                                 "_BaseDataLoaderIter", None)
-        if iterator_class is None:
-            return
-        loader_class = torch.utils.data.DataLoader
-        original_iter = loader_class.__iter__
-
-        def pass_over(loader):
-            iterator = original_iter(loader)
-            me.epochs.pass_began(loader, iterator)
-            return iterator
-
-        pass_over.__wrapped__ = original_iter
-        loader_class.__iter__ = pass_over
-        original_next = iterator_class.__next__
-
-        def next_batch(iterator):
-            me.epochs.batch(iterator)
-            return original_next(iterator)
-
-        next_batch.__wrapped__ = original_next
-        iterator_class.__next__ = next_batch
+        # (the loaders' iterators: a private class, which ``watch`` does without)
+        self.epochs.watch(torch.utils.data.DataLoader,
+                          getattr(sys.modules.get("torch.utils.data.dataloader"),
+                                  "_BaseDataLoaderIter", None))
 
     # -- the trained modules --------------------------------------------------------
     @property

@@ -264,6 +264,24 @@ class Trial:
     build_s: float = 0.0
 
 
+def _script_broke(trial: Optional[Trial]) -> Optional[str]:
+    """Why ``trial`` measured nothing where the script itself raised in it (None
+    otherwise): a trial of another configuration would fail the same way."""
+    if trial is not None and trial.s_per_step is None and trial.script_error:
+        return trial.failed
+    return None
+
+
+def _not_measured(trial: Optional[Trial]) -> Optional[str]:
+    """A round's verdict on a candidate whose trial measured nothing to compare (None: it
+    measured): not run, not tried (and why), or failed."""
+    if trial is None:
+        return "not measured"
+    if trial.skipped:
+        return trial.failed
+    return f"failed: {trial.failed}" if trial.failed else None
+
+
 def script_error(failed: Optional[str], error: Optional[dict]) -> bool:
     """Whether a failed trial's record says the script itself raised (:attr:`Trial.script_error`):
     an error with a type, no knob blamed, not ``TimeCap``."""
@@ -737,10 +755,9 @@ class Halving:
         without TensorFlow ran all four trials of its round, each failing in a second)."""
         if configuration == self.stock:
             return None
-        broken = next((t for t in done if t.configuration == self.stock
-                       and t.s_per_step is None and t.script_error), None)
+        broken = _script_broke(next((t for t in done if t.configuration == self.stock), None))
         if broken is not None:
-            return (f"not tried: stock's trial failed in the script itself ({broken.failed}): "
+            return (f"not tried: stock's trial failed in the script itself ({broken}): "
                     "its trial would fail the same way")
         why = refused_in(configuration, done)
         if why or not math.isfinite(self.budget_s):
@@ -929,19 +946,14 @@ class Halving:
             out.verdicts[self.stock.label()] = "stock failed: " + str(
                 base.failed if base else "not measured")
             for c in self.pool[1:]:  # (each with what its own trial came to)
-                t = results.get(c)
-                out.verdicts[c.label()] = ("not measured" if t is None else
-                                           t.failed if t.skipped else
-                                           f"failed: {t.failed}" if t.failed else
-                                           "not compared: stock measured nothing")
+                out.verdicts[c.label()] = (_not_measured(results.get(c))
+                                           or "not compared: stock measured nothing")
             self.pool, self.finished = [self.stock], True
             return
         ranked = []
         for c in self.pool[1:]:
             t = kept.get(c) or results.get(c)
-            why = ("not measured" if t is None else t.skipped and t.failed
-                   or t.failed and f"failed: {t.failed}"
-                   or changes_result(t, base, self.tolerance))
+            why = _not_measured(t) or changes_result(t, base, self.tolerance)
             if why:
                 out.verdicts[c.label()] = why
                 continue
@@ -1017,10 +1029,7 @@ class Halving:
         """Why stock's trial failed where the script itself raised there (None otherwise):
         the job, of stock's configuration where nothing else measured, would fail the
         same way."""
-        base = self.last.get(self.stock)
-        if base is not None and base.s_per_step is None and base.script_error:
-            return base.failed
-        return None
+        return _script_broke(self.last.get(self.stock))
 
     def stock_trial(self) -> Optional[Trial]:
         """Stock's trial whose figure counts for the job: its last round's, or its second

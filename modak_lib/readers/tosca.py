@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from ..errors import InputError
@@ -80,9 +79,8 @@ def _stale_types(line: str) -> str:
     if not m:
         return ""
     try:
-        types = yaml.safe_load(installed_types().read_text())
-        known = types["data_types"][m.group(1)]["properties"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        known = load_document(installed_types())["data_types"][m.group(1)]["properties"]
+    except (InputError, KeyError, TypeError):
         return ""
     if m.group(2) not in known:
         return ""

@@ -209,6 +209,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
                              0o755 if name == result.plan.job_script else 0o644)
             pins.put(key, {"plan_dir": str(Path(args.out).resolve()), "run_id": plan.run_id})
     _say(args, f"planned in {time.perf_counter() - started:.2f} s")
+    if not args.quiet:  # what the job would lack (the deploy's default wheelhouse)
+        from .imports import plan_warning
+        from .wheelhouse import default_dir
+        lacking = plan_warning(plan, request, pairs, default_dir())
+        if lacking:
+            print(f"modak: warning: {request.source}: {lacking}", file=sys.stderr)
     if args.json:
         sys.stdout.write(plan_json)
     elif args.quiet:

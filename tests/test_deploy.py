@@ -346,6 +346,9 @@ def test_a_users_script_outside_the_repository_on_slurm_and_podman(deploy):
     proc = deploy(request=request, modak_infra=str(ROOT / "examples/infra/local-frontend.yaml"))
     ok(proc)
     assert re.search(r"job \d+ COMPLETED \(exit code 0\)", proc.stdout)
+    # the plan found every import of the script among what the image installs from the
+    # real wheelhouse (modak_lib.imports), and said nothing
+    assert "would not have" not in proc.stdout and "holds no wheel" not in proc.stdout
     plan = json.loads(next((deploy.tmp / "plans").glob("*/plan.json")).read_text())
     assert plan["app_files"] == ["train.py"]  # the script, not its neighbours
     assert "-m modak_runtime -- train.py --steps 12" in next(

@@ -34,6 +34,7 @@ ARGS = dict(
     trial_search=dict(type="str", default=""),
     files=dict(type="list", elements="path", default=[]),
     files_dir=dict(type="path"),
+    wheelhouse=dict(type="path"),
 )
 
 
@@ -52,6 +53,7 @@ class ActionModule(ActionBase):
             from modak_lib.perf.search import TRIAL_SEED
             from modak_lib.errors import ModakError
             from modak_lib.files import write_atomic
+            from modak_lib.imports import plan_warning
             from modak_lib.models import Configuration
             from modak_lib.paths import user_dir
             from modak_lib.wheelhouse import default_dir as wheelhouse_dir
@@ -73,7 +75,7 @@ class ActionModule(ActionBase):
             args["out_dir"] = str(user_dir("plans"))
         dirs = dict(plans=args["out_dir"],
                     results=args["results_dir"] or str(user_dir("results")),
-                    wheelhouse=str(wheelhouse_dir()))
+                    wheelhouse=args["wheelhouse"] or str(wheelhouse_dir()))
 
         # the user's files (an edited script is another run), read before anything else
         try:
@@ -156,6 +158,13 @@ class ActionModule(ActionBase):
             plan = make_plan(request, predictor=predictor, run_id=args["run_id"],
                              ca_certs=args["ca_certs"], force=force, app_files=names,
                              app_digest=digest, new_run=args["new_run"])
+            # what the job would lack, said once, before any image is built or trial run
+            trial = args["max_steps"] > 0 or args["max_seconds"] > 0 or args["trial_round"] > 0
+            lacking = None if trial else plan_warning(plan.plan, request, app_files,
+                                                      dirs["wheelhouse"],
+                                                      default=not args["wheelhouse"])
+            if lacking:
+                result.setdefault("warnings", []).append(lacking)
         except ModakError as exc:
             raise AnsibleActionFail("MODAK plan failed:\n%s" % exc)
         run_id = plan.plan.run_id

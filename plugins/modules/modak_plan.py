@@ -20,6 +20,13 @@ description:
   - The same request for the same target is the same run - its plan is reused (the run is
     never submitted twice) until O(new_run) asks for a new one, which plans again with
     everything measured since.
+  - Warns, before any image is built or trial run, of what the job would lack - modules of
+    the user's that its files import from beside the script but the run directory does not
+    receive; and, for an image that installs its Python packages from a wheelhouse, the
+    imports (outside a C(try) that catches C(ImportError)) and the recipe's distributions
+    that no wheel in O(wheelhouse) provides, with the command that downloads them. What an
+    image installed from a package index, or the front-end's own Python, provides is not
+    known on the controller and not checked. A trial's plan (O(max_steps)) says none of it.
 options:
   request:
     description: The TOSCA blueprint or MODAK DSL document. One of O(request) and O(nodes).
@@ -127,6 +134,11 @@ options:
     description:
       - The directory the application's files are relative to when the request came from
         orchestrator nodes (O(nodes)), not from a file (e.g. the root of a CSAR).
+    type: path
+  wheelhouse:
+    description:
+      - The directory of wheels that an offline image build installs from (the play's
+        C(modak_wheelhouse)); the default is C(wheelhouse/) in the user's MODAK directory.
     type: path
   model:
     description:

@@ -355,6 +355,9 @@ def check(files: list[tuple[str, str]], script: str, requirements: Iterable[str]
     for name in map(_name, own + requirements):
         if name and name not in house.distributions and name not in wanted:
             wanted.append(name)
+    # an import whose distribution the image asks for is said once, as that distribution
+    missing = [i for i in missing if canonicalize_name(i.module) not in wanted
+               and distribution_for(i.module) not in wanted]
     return Check(missing, wanted, unsent, frozenset(filter(None, map(_name, own))))
 
 

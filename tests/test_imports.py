@@ -139,8 +139,8 @@ def test_the_check_names_what_no_wheel_provides_and_the_modules_not_sent(tmp_pat
     found = check(files, "src/train.py", ["Pandas>=2", "not a req!"], Wheelhouse.read(house),
                   own=["torch==2.13.0", "numpy", "typing-extensions"])
     assert [i.module for i in found.unsent_modules] == ["helpers", "tools"]
-    assert [i.module for i in found.missing_imports] == ["pandas", "sklearn",
-                                                         "notinstalledanywhere"]
+    # (pandas is asked for, without a wheel: said once, as a distribution)
+    assert [i.module for i in found.missing_imports] == ["sklearn", "notinstalledanywhere"]
     assert found.missing_distributions == ["typing-extensions", "pandas"]
     said = found.warning("pytorch-2.13.0-cpu", house, default=False)
     assert "'helpers' (src/train.py line 4), 'tools' (src/train.py line 5) from beside the " \
@@ -214,6 +214,7 @@ def test_modak_plan_warns_of_what_the_image_would_lack_before_anything_is_built(
         "files: ['train.py']", "files: ['train.py', 'helpers.py']\n          pip_packages: [pandas]"))
     said = plan()
     assert "the image installs 'pandas', which the wheelhouse" in said and "helpers" not in said
+    assert "imports" not in said  # its import is said once, as the distribution
     # sent, listed, and the wheelhouse holds pandas: nothing is said
     _wheel(home / "wheelhouse", "pandas-2.3.0", ["pandas/__init__.py"])
     assert "warning" not in plan()

@@ -95,27 +95,28 @@ def _type_checking(test: ast.AST) -> bool:
 TRY = (ast.Try, getattr(ast, "TryStar", ast.Try))
 
 
-def _required(node: ast.AST, optional: bool, out: list[tuple[str, int]]) -> None:
-    """The absolute imports under ``node`` into ``out``, those that a ``try`` catching
-    ``ImportError`` or ``if TYPE_CHECKING`` makes optional left out."""
-    if isinstance(node, ast.Import):
-        if not optional:
-            out.extend((a.name.split(".", 1)[0], node.lineno) for a in node.names)
-    elif isinstance(node, ast.ImportFrom):
-        if not optional and node.module and not node.level:
-            out.append((node.module.split(".", 1)[0], node.lineno))
-    elif isinstance(node, TRY):
-        guarded = optional or _catches_import_error(node)
-        for stmt in node.body:
-            _required(stmt, guarded, out)
-        for part in (*node.handlers, *node.orelse, *node.finalbody):
-            _required(part, optional, out)
-    elif isinstance(node, ast.If) and _type_checking(node.test):
-        for stmt in node.orelse:
-            _required(stmt, optional, out)
-    else:
-        for child in ast.iter_child_nodes(node):
-            _required(child, optional, out)
+def _required(tree: ast.AST, out: list[tuple[str, int]]) -> None:
+    """The absolute imports in ``tree`` into ``out``, those that a ``try`` catching
+    ``ImportError`` or ``if TYPE_CHECKING`` makes optional left out (a stack, not recursion:
+    a tree as deep as the parser allows is walked whole)."""
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, optional = stack.pop()
+        if isinstance(node, ast.Import):
+            if not optional:
+                out.extend((a.name.split(".", 1)[0], node.lineno) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if not optional and node.module and not node.level:
+                out.append((node.module.split(".", 1)[0], node.lineno))
+        elif isinstance(node, TRY):
+            guarded = optional or _catches_import_error(node)
+            stack.extend((stmt, guarded) for stmt in node.body)
+            stack.extend((part, optional)
+                         for part in (*node.handlers, *node.orelse, *node.finalbody))
+        elif isinstance(node, ast.If) and _type_checking(node.test):
+            stack.extend((stmt, optional) for stmt in node.orelse)
+        else:
+            stack.extend((child, optional) for child in ast.iter_child_nodes(node))
 
 
 def required_imports(files: Iterable[tuple[str, str]]) -> list[Import]:
@@ -129,7 +130,7 @@ def required_imports(files: Iterable[tuple[str, str]]) -> list[Import]:
         if tree is None:
             continue
         names: list[tuple[str, int]] = []
-        _required(tree, False, names)
+        _required(tree, names)
         for module, line in sorted(names, key=lambda n: n[1]):
             found.setdefault(module, Import(module, dest, line))
     return list(found.values())

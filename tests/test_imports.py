@@ -73,8 +73,15 @@ def test_the_required_imports_leave_out_optional_ones_and_name_their_first_line(
     assert found == {"os": 1, "numpy": 1, "torch": 2, "tensorboard": 18, "typing": 21,
                      "attr": 25, "yaml": 28, "json": 16}
     assert required_imports([(str(tmp_path / "data.csv"), "data.csv")]) == []
-    # a file that does not parse names nothing (the job's own error will say why)
+    # a file that does not parse names nothing (the job's own error will say why), nor
+    # does one nested deeper than the parser goes (it raised RecursionError: a traceback)
     assert required_imports([_script(tmp_path, "import (\n", "broken.py")]) == []
+    deep = "import pandas\nx = " + "+".join(["'a'"] * 100_000) + "\n"
+    assert required_imports([_script(tmp_path, deep, "deep.py")]) == []
+    # as deep as it goes, walked whole (without recursion: it had been 1000 frames)
+    deeper = "x = " + "+".join(["'a'"] * 900) + "\nimport pandas\n"
+    assert [i.module for i in required_imports([_script(tmp_path, deeper, "d.py")])] == \
+        ["pandas"]
 
 
 def test_a_wheelhouse_gives_every_kind_of_top_level_module_its_wheels_hold(tmp_path):

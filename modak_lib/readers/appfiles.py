@@ -66,12 +66,13 @@ def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source:
 
 def _syntax_tree(path: Path) -> Optional[ast.AST]:
     """A Python file's syntax tree, read with :mod:`ast`, never run; None for one that
-    does not parse, cannot be read, or is larger than :data:`MAX_SOURCE_BYTES`."""
+    does not parse (nested too deep for the parser too: ``1+1+...`` a hundred thousand
+    times), cannot be read, or is larger than :data:`MAX_SOURCE_BYTES`."""
     try:
         if path.stat().st_size > MAX_SOURCE_BYTES:
             return None
         return ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 

@@ -28,7 +28,6 @@ packages: what pip resolves there, or what the front-end's Python has, is not kn
 """
 from __future__ import annotations
 
-import ast
 import email
 import functools
 import importlib.metadata
@@ -42,7 +41,9 @@ from typing import Iterable, Optional
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from .readers.appfiles import _syntax_tree
+# (the reader of the imports is the runtime's, which the job reads them with after a failed
+# import: modak_runtime.imports)
+from modak_runtime.imports import Import, required_imports
 from .wheelhouse import IMAGE_PYTHON
 
 # the modules of Python 3.11's standard library that a later Python (the controller's, whose
@@ -65,75 +66,6 @@ KNOWN_DISTRIBUTIONS = {
 }
 SHOWN = 8  # imports named in the warning; the rest are counted
 MAX_METADATA_BYTES = 4 * 1024 * 1024  # a wheel's METADATA larger than this is not read
-IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
-
-
-@dataclass(frozen=True)
-class Import:
-    module: str  # its top-level name
-    file: str  # the run directory's name of the file that imports it
-    line: int
-
-
-def _catches_import_error(node: ast.Try) -> bool:
-    for handler in node.handlers:
-        if handler.type is None:
-            return True
-        types = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
-        for t in types:
-            name = t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", None)
-            if name in IMPORT_ERRORS:
-                return True
-    return False
-
-
-def _type_checking(test: ast.AST) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-TRY = (ast.Try, getattr(ast, "TryStar", ast.Try))
-
-
-def _required(tree: ast.AST, out: list[tuple[str, int]]) -> None:
-    """The absolute imports in ``tree`` into ``out``, those that a ``try`` catching
-    ``ImportError`` or ``if TYPE_CHECKING`` makes optional left out (a stack, not recursion:
-    a tree as deep as the parser allows is walked whole)."""
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while stack:
-        node, optional = stack.pop()
-        if isinstance(node, ast.Import):
-            if not optional:
-                out.extend((a.name.split(".", 1)[0], node.lineno) for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if not optional and node.module and not node.level:
-                out.append((node.module.split(".", 1)[0], node.lineno))
-        elif isinstance(node, TRY):
-            guarded = optional or _catches_import_error(node)
-            stack.extend((stmt, guarded) for stmt in node.body)
-            stack.extend((part, optional)
-                         for part in (*node.handlers, *node.orelse, *node.finalbody))
-        elif isinstance(node, ast.If) and _type_checking(node.test):
-            stack.extend((stmt, optional) for stmt in node.orelse)
-        else:
-            stack.extend((child, optional) for child in ast.iter_child_nodes(node))
-
-
-def required_imports(files: Iterable[tuple[str, str]]) -> list[Import]:
-    """The imports of the Python files among ``files`` (controller path, run directory name)
-    that the job needs, first place of each module first."""
-    found: dict[str, Import] = {}
-    for src, dest in sorted(files, key=lambda f: f[1]):
-        if not dest.endswith(".py"):
-            continue
-        tree = _syntax_tree(Path(src))
-        if tree is None:
-            continue
-        names: list[tuple[str, int]] = []
-        _required(tree, names)
-        for module, line in sorted(names, key=lambda n: n[1]):
-            found.setdefault(module, Import(module, dest, line))
-    return list(found.values())
 
 
 def local_modules(files: Iterable[tuple[str, str]], script: str) -> set[str]:

@@ -132,8 +132,24 @@ def script_failure(error: Any, runtime: Optional[str] = None) -> Optional[str]:
         message = message[:297] + "..."
     said = f"{kind}: {message}"
     if missing_module(f"{kind} {message}"):
-        return f"{said} ({missing_module_hint(runtime)})"
+        return (f"{said} ({missing_here(error.get('missing'), message)}"
+                f"{missing_module_hint(runtime)})")
     return said
+
+
+def missing_here(missing: Any, message: str) -> str:
+    """What the runtime found the job's Python lacks (``error["missing"]``: module, file and
+    line of each import of the run's files, the failed one first), said before the hint;
+    empty where it found nothing but the module the ``message`` names."""
+    try:
+        said = [f"{m!r} ({f} line {int(n)})" for m, f, n in missing or []]
+        alone = len(said) == 1 and repr(str(missing[0][0])) in message
+    except (TypeError, ValueError, IndexError):
+        return ""
+    if not said or alone:
+        return ""
+    return (f"the run's files import {len(said)} module{'s' if len(said) > 1 else ''} that "
+            f"the job's Python lacks: {', '.join(said)}; ")
 
 
 def kept(rec: dict[str, Any]) -> bool:

@@ -127,7 +127,8 @@ class Record:
     metrics: Metrics = field(default_factory=Metrics)
     fingerprint: Fingerprint = field(default_factory=Fingerprint)
     host: dict[str, Any] = field(default_factory=dict)
-    error: Optional[dict[str, str]] = None   # {type, message, knob}
+    # {type, message, knob}; after a failed import also missing: [[module, file, line], ...]
+    error: Optional[dict[str, Any]] = None
 
     def to_json(self) -> str:
         return json.dumps({"modak": FOM_KEY, "schema": SCHEMA, **asdict(self)},

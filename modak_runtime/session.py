@@ -22,6 +22,8 @@ RELEVANT_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "
 ALLOCATOR_LIBS = {"tcmalloc": "libtcmalloc", "jemalloc": "libjemalloc"}
 
 
+# the imports a failed run's record names that its Python lacks, at most
+MAX_MISSING = 20
 # how often the time cap's alarm is raised again once the cap has passed, until the run stops
 ALARM_REPEAT_S = 0.25
 # the steps a compiled run needs for a step time: the first runs eagerly (the fingerprint's),
@@ -80,10 +82,22 @@ def rank_error(index: int, error: dict[str, Any], before: str = "") -> dict[str,
     return dict(error, message=short(f"{before}rank {index}: {error.get('message', '')}"))
 
 
-def failure(exc: BaseException, config: Config) -> dict[str, Any]:
-    """A record's ``error`` for an exception the script raised."""
+def failure(exc: BaseException, config: Config, script: Optional[str] = None
+            ) -> dict[str, Any]:
+    """A record's ``error`` for an exception the script raised; after a failed import, with
+    the other imports of the run's files that this Python lacks too (``missing``: the
+    module, file and line of each, :func:`imports.missing_here`), the failed one first."""
     if isinstance(exc, RankFailed):
         return exc.error
+    missing = None
+    if isinstance(exc, ModuleNotFoundError) and script is not None:
+        from .imports import missing_here
+        failed = (exc.name or "").split(".", 1)[0]
+        try:
+            lacking = missing_here(script)
+        except Exception:  # (what it says is an aid; the failure is reported without it)
+            lacking = []
+        missing = [list(i) for i in sorted(lacking, key=lambda i: i.module != failed)]
     files = " ".join(f.filename for f in traceback.extract_tb(exc.__traceback__))
     text = f"{type(exc).__module__}.{type(exc).__name__}: {exc}"
     message = str(exc) or type(exc).__name__
@@ -97,8 +111,11 @@ def failure(exc: BaseException, config: Config) -> dict[str, Any]:
                     f"those {me.launcher} gives, but where the ranks meet, MASTER_ADDR and "
                     "MASTER_PORT, is set by MODAK's job script, or in a Slurm step by the "
                     "runtime)")
-    return {"type": f"{type(exc).__module__}.{type(exc).__name__}",
-            "knob": blame(text, files, config), "message": short(message)}
+    error = {"type": f"{type(exc).__module__}.{type(exc).__name__}",
+             "knob": blame(text, files, config), "message": short(message)}
+    if missing:
+        error["missing"] = missing[:MAX_MISSING]
+    return error
 
 
 def _exit_error(code: Any, how: str = "") -> dict[str, Any]:
@@ -148,7 +165,7 @@ def run_guarded(session: "Session", call: Callable[[], Any],
         traceback.print_exc()
         code = (130 if isinstance(exc, KeyboardInterrupt)
                 else 128 + signal.SIGTERM if terminated and isinstance(exc, terminated) else 1)
-        status, error = "failed", failure(exc, session.config)
+        status, error = "failed", failure(exc, session.config, session.script)
         knob = error["knob"]
         if knob:
             cfg = session.config

@@ -141,7 +141,8 @@ def test_a_script_that_raises_in_stocks_trial_is_not_submitted_as_a_job(tmp_path
     if not shutil.which("ansible-playbook"):
         pytest.skip("needs ansible-core: scripts/setup-venv installs it")
     request = user_project(tmp_path)
-    (request.parent / "train.py").write_text("import torch\nfrom gcn.graph import blocks\n")
+    (request.parent / "train.py").write_text("import torch\nfrom gcn.graph import blocks\n"
+                                             "import dgl_left_behind\n")
     doc = json.loads(request.read_text())
     doc["job"]["optimisation"]["enable_autotuning"] = True
     request.write_text(json.dumps(doc))
@@ -150,7 +151,9 @@ def test_a_script_that_raises_in_stocks_trial_is_not_submitted_as_a_job(tmp_path
     assert proc.returncode != 0
     assert re.search(r"the script failed in stock's trial \(No module named 'gcn'\): a job "
                      r"would fail the same way, so none was submitted; the trial's output is "
-                     r"that of run r[0-9a-f]{11}; a package the Python the job runs lacks: "
+                     r"that of run r[0-9a-f]{11}; the run's files import 2 modules that the "
+                     r"job's Python lacks: 'gcn' \(train.py line 2\), 'dgl_left_behind' "
+                     r"\(train.py line 3\); a package the Python the job runs lacks: "
                      r"install it there \(no container runs the job", proc.stdout), \
         proc.stdout[-3000:]
     assert "-e modak_new_run=true" in proc.stdout  # (a plain rerun finds this search as it ended)

@@ -252,3 +252,54 @@ def test_the_deploys_plan_says_it_as_a_warning_with_the_plays_wheelhouse(tmp_pat
     assert "modak wheelhouse --image pytorch-2.13.0-cpu --dir '" + str(house) + \
         "' scikit-learn`" in out
     assert f"DIRS {house}" in out  # where the image's build then looks for its wheels
+
+
+def test_a_run_that_failed_on_an_import_names_every_import_its_python_lacks(tmp_path):
+    """The runtime, after a ModuleNotFoundError, reads the run directory's Python files and
+    names each import that the job's Python cannot find, the failed one first: one failed
+    run tells them all (a user's job that lacked three packages failed three times)."""
+    from modak_lib.results import script_failure
+    from tests.test_runtime import run
+
+    _script(tmp_path, """\
+        import os, json
+        import helpers                   # beside the script: found
+        try:
+            import wandb_missing_here    # optional
+        except ImportError:
+            wandb = None
+        import yaml_missing_here
+        from sklearn_missing_here import metrics
+
+        def plot():
+            import plots_missing_here    # in a function: still listed
+        """)
+    (tmp_path / "helpers.py").write_text("import numpy\nimport first_missing_here\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub/more.py").write_text("from extra_missing_here import x\n")
+    (tmp_path / "modak_runtime").mkdir()  # (a run directory's copy of the runtime: not read)
+    (tmp_path / "modak_runtime/x.py").write_text("import runtime_missing_here\n")
+    rc, _, rec, err = run(tmp_path / "train.py", cwd=tmp_path)
+    assert rc == 1 and "ModuleNotFoundError" in err
+    error = rec["error"]
+    assert error["message"] == "No module named 'first_missing_here'"
+    assert error["missing"] == [["first_missing_here", "helpers.py", 2],
+                                ["extra_missing_here", "sub/more.py", 1],
+                                ["yaml_missing_here", "train.py", 7],
+                                ["sklearn_missing_here", "train.py", 8],
+                                ["plots_missing_here", "train.py", 11]]
+    said = script_failure(error, "podman")
+    assert said.startswith("ModuleNotFoundError: No module named 'first_missing_here' (the "
+                           "run's files import 5 modules that the job's Python lacks: "
+                           "'first_missing_here' (helpers.py line 2), 'extra_missing_here' "
+                           "(sub/more.py line 1), ")
+    assert said.endswith("'plots_missing_here' (train.py line 11); a package the image lacks: "
+                         "list it in application.pip_packages; or a module of the user's the "
+                         "run directory lacks: list it in application.files)")
+    # the failed module alone adds nothing; a record without the list (an older runtime's)
+    # or a broken one says the hint as before
+    for missing in ([["first_missing_here", "helpers.py", 2]], None, [["x"]], "junk"):
+        assert script_failure(dict(error, missing=missing)) == (
+            "ModuleNotFoundError: No module named 'first_missing_here' (a package the image "
+            "lacks: list it in application.pip_packages; or a module of the user's the run "
+            "directory lacks: list it in application.files)")

@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from modak_runtime.imports import syntax_tree
+
 from ..errors import InputError
 from ..models import JobRequest
 from .common import load_document
@@ -28,8 +30,6 @@ from .common import load_document
 MAX_FILES = 2000
 MAX_BYTES = 512 * 1024 * 1024
 SKIP_DIRS = {"__pycache__", ".git", ".hg", ".svn", ".venv", "node_modules"}
-# a module beside the script larger than this is not read for its imports
-MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
 
 def request_dir(request: JobRequest) -> Optional[Path]:
@@ -66,14 +66,8 @@ def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source:
 
 def _syntax_tree(path: Path) -> Optional[ast.AST]:
     """A Python file's syntax tree, read with :mod:`ast`, never run; None for one that
-    does not parse (nested too deep for the parser too: ``1+1+...`` a hundred thousand
-    times), cannot be read, or is larger than :data:`MAX_SOURCE_BYTES`."""
-    try:
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            return None
-        return ast.parse(path.read_bytes(), filename=str(path))
-    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    does not parse, cannot be read, or is too large (``modak_runtime.imports``)."""
+    return syntax_tree(str(path))
 
 
 def imported_names(paths: list[Path]) -> set[str]:

@@ -134,13 +134,14 @@ class ActionModule(ActionBase):
         why = halving.stock_broken()
         if why is None:
             return ""
-        run = next((r.get("run_id") for r in records if r.get("run_id")
+        rec = next((r for r in records if r.get("run_id")
                     and halving.stock.model_validate(r["configuration"]) == halving.stock),
-                   None)
-        where = ("the trial's output is that of run %s" % run if run
+                   {})
+        where = ("the trial's output is that of run %s" % rec["run_id"] if rec
                  else "the trial's output says more")
-        from modak_lib.results import RUN_AGAIN, missing_module, missing_module_hint
-        hint = "; " + missing_module_hint(runtime) if missing_module(why) else ""
+        from modak_lib.results import RUN_AGAIN, missing_here, missing_module, missing_module_hint
+        hint = ("; " + missing_here((rec.get("error") or {}).get("missing"), why)
+                + missing_module_hint(runtime)) if missing_module(why) else ""
         return ("the script failed in stock's trial (%s): a job would fail the same way, so "
                 "none was submitted; %s%s; %s" % (why, where, hint, RUN_AGAIN))
 

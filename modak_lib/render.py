@@ -23,6 +23,7 @@ from modak_runtime.launched import PORT_BASE, PORT_SPAN
 from . import __version__
 from .catalogue import Variant
 from .cpu import target_flags
+from .runtimes.base import IMAGE_LABEL
 from .shell import comment_safe
 from .validate import IMAGE_DIRS, PACKAGE
 
@@ -92,7 +93,7 @@ def recipe_spec(variant: Variant, microarch: str, base: str, *, ca_certs: bool =
     for pkg in variant.pip + extra_pip:
         if PACKAGE.fullmatch(pkg) is None:
             raise ValueError(f"invalid package specifier {pkg!r}")
-    labels = {"org.modak.variant": variant.id, "org.modak.framework": variant.framework,
+    labels = {IMAGE_LABEL: variant.id, "org.modak.framework": variant.framework,
               "org.modak.framework-version": variant.version,
               "org.modak.flavour": variant.flavour, "org.modak.arch": variant.arch,
               "org.modak.min-microarch": variant.min_microarch}

@@ -671,13 +671,30 @@ def test_the_images_playbook_prunes_an_image_no_run_holds(frontend, tmp_path):
                                                                        build_dir), kept), kept
         assert _as_frontend_user(f"podman image exists {image}").returncode == 0
         lease("released")
+        # a failed build of a MODAK recipe leaves its layers, untagged, as a killed one does;
+        # so does a failed build of the user's own, without MODAK's label
+        for label in (f"LABEL org.modak.variant={tag}\n", ""):
+            _as_frontend_user(f"mkdir -p {build_dir}/failed && printf 'FROM localhost/debian:"
+                              f"bookworm\\n{label}RUN echo {tag} >/x\\nRUN false\\n' > "
+                              f"{build_dir}/failed/Containerfile && podman build --layers=true "
+                              f"-f {build_dir}/failed/Containerfile {build_dir}/failed")
+        layers = f"podman images -a -q --filter label=org.modak.variant={tag}"
+        assert _as_frontend_user(layers).stdout.split()  # (the label's layers are there)
+        users = _as_frontend_user("podman images -a -q --filter dangling=true").stdout.split()
         gone = run(*prune)
         assert re.search(r'"%s \(podman, [\d.]+ [kMG]?B\): last used 0\.0 days ago: removed: '
                          r'unused for 0\.0 days"' % re.escape(image), gone), gone
         assert _as_frontend_user(f"podman image exists {image}").returncode == 1
+        # the builder's cache: the MODAK build's layers went, the user's own stayed
+        assert '"builder cache: ran podman image prune --force --filter ' \
+            'label=org.modak.variant' in gone, gone
+        assert _as_frontend_user(layers).stdout.split() == []
+        left = _as_frontend_user("podman images -a -q --filter dangling=true").stdout.split()
+        assert left and set(left) <= set(users)
         assert "no MODAK images in" in run(*prune[:-4])  # (listed only)
     finally:
-        _as_frontend_user(f"podman image rm -f {image}; rm -rf {build_dir}")
+        _as_frontend_user(f"podman image rm -f {image}; rm -rf {build_dir}; podman image "
+                          f"prune --force --filter dangling=true >/dev/null")
 
 
 def _working_containers():

@@ -80,7 +80,7 @@ def test_a_built_image_records_how_to_remove_it_and_is_listed(images):
     record = json.loads((images.dir / ".built" / (safe(a) + ".json")).read_text())
     assert record == {"image": a, "runtime": "files", "remove": ["rm", "-f", a],
                       "size": ["stat", "-c", "%s", a], "file": True,
-                      "exists": ["test", "-s", a], "listed": False}
+                      "exists": ["test", "-s", a], "listed": False, "cache_gc": None}
     out = images.call()
     assert out["rc"] == 0 and not out["changed"], out
     (entry,) = out["images"]
@@ -224,6 +224,56 @@ def test_a_running_build_keeps_its_image(images):
     (entry,) = images.call("pruned", unused_days=30)["images"]
     assert entry["building"] and entry["why"] == "kept: a build of it is running"
     assert os.path.exists(a)
+
+
+def test_the_prune_clears_each_builders_cache_once_unless_a_build_runs(images, tmp_path):
+    """After its removals a prune runs the command its images' build records give for
+    clearing their builder's cache of what no image uses (Podman's failed builds' layers,
+    Charliecloud's unreachable build states), once a command, whatever the number of
+    images; not in check mode, not while a build runs, and one that fails is a warning."""
+    said = tmp_path / "gc.log"
+    gc = {"argv": ["sh", "-c", f"echo ran >> {said}; echo freed 3 states"]}
+    a, b = images("a", dict(BUILDER, cache_gc=gc)), images("b", dict(BUILDER, cache_gc=gc))
+    images("plain")  # (a builder without a cache command: nothing of its own to run)
+    age(images.dir / ".built" / safe(a), 40)
+    listed = images.call()
+    assert "caches" not in listed and not said.exists()  # a listing clears nothing
+    dry = images.call("pruned", check=True, unused_days=30)
+    assert dry["lines"][-1] == f"builder cache: would run sh -c echo ran >> {said}; echo " \
+        "freed 3 states" and not said.exists(), dry
+    out = images.call("pruned", unused_days=30)
+    assert out["rc"] == 0 and out["removed"] == [a], out
+    assert said.read_text() == "ran\n"  # once for both images
+    assert out["caches"] == [{"argv": gc["argv"], "ran": True, "rc": 0, "line": out["lines"][-1]}]
+    assert out["lines"][-1].endswith(": freed 3 states")
+    assert all("cache_gc" not in e for e in out["images"])
+    # a build running in the directory: its layers are no image's yet, and stay
+    lock = images.dir / ".building" / "new_image.pid"
+    lock.write_text(str(os.getpid()))
+    busy = images.call("pruned", unused_days=30)
+    assert said.read_text() == "ran\n" and busy["caches"][0]["ran"] is False
+    assert busy["lines"][-1].endswith("not run: a build is running (new_image)")
+    lock.unlink()
+    # one that fails: said, and a warning; the prune's removals stand
+    record = images.dir / ".built" / (safe(b) + ".json")
+    broken = json.loads(record.read_text())
+    broken["cache_gc"] = ["sh", "-c", "echo storage is locked >&2; exit 3"]
+    record.write_text(json.dumps(broken))
+    failed = images.call("pruned", unused_days=30)
+    assert failed["rc"] == 0 and failed["lines"][-1] == (
+        "builder cache: sh -c echo storage is locked >&2; exit 3 failed (exit 3): storage "
+        "is locked"), failed
+    # (Ansible 2.19 hands a module's warnings on as events)
+    assert "storage is locked" in json.dumps(failed["warnings"]), failed
+
+
+def test_an_older_record_gets_the_builders_cache_command_at_the_next_lease(images):
+    a = images("a")
+    gc = {"argv": ["true"]}
+    images.call("leased", image=a, run="r1", file=True, runtime="files",
+                builder=dict(BUILDER, cache_gc=gc))
+    record = json.loads((images.dir / ".built" / (safe(a) + ".json")).read_text())
+    assert record["cache_gc"] == ["true"] and record["size"] == ["stat", "-c", "%s", a]
 
 
 def test_bad_arguments_fail_without_touching_anything(images):

@@ -6,6 +6,10 @@ from typing import Any, Optional
 
 from ..shell import Raw, Word
 
+# the label every image MODAK builds carries (its variant; render.py writes it first, so a
+# build's every layer after its base has it): what a prune of a builder's cache is kept to
+IMAGE_LABEL = "org.modak.variant"
+
 WORKDIR = "/work"  # where the job's work directory is mounted inside the container
 BIND = Raw('"$PWD"')  # the job's work directory on the host, expanded at run time
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..shell import Raw, Word
-from .base import BIND, WORKDIR, RuntimeSpec
+from .base import BIND, IMAGE_LABEL, WORKDIR, RuntimeSpec
 
 
 LABEL = "modak.job"  # the job's containers carry LABEL=$MODAK_JOB_TAG
@@ -68,6 +68,10 @@ class Podman(RuntimeSpec):
                                "--layers=true", "-f", "{recipe}", "-t", "{image}",
                                "{build_args}", "{context}"], "cwd": "context"},
             "remove": {"argv": ["podman", "image", "rm", "-f", "{image}"]},
+            # (`image rm` takes an image's own layers with it; a failed or killed build's
+            # stay, untagged: those carrying MODAK's label are cleared by a prune)
+            "cache_gc": {"argv": ["podman", "image", "prune", "--force", "--filter",
+                                  f"label={IMAGE_LABEL}"]},
             "size": {"argv": ["podman", "image", "inspect", "--format", "{{.Size}}", "{image}"]},
             "build_arg": "--build-arg", "build_args": {},
             # a killed `podman build` leaves buildah's working containers (in storage only,

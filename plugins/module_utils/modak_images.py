@@ -9,8 +9,9 @@ image directory (``log_dir``, the target's ``image_dir``):
 - ``.built/SAFE``: the completion record ``modak_image`` writes once the builder
   succeeded (the image exists); ``.built/SAFE.json`` beside it, what removing the image
   takes (the runtime, its ``remove`` command line filled in, a ``size`` one where the
-  runtime has it, whether the image is a file): written at the build, and at the first
-  use of an image that an older MODAK built;
+  runtime has it, whether the image is a file, and the command that clears the builder's
+  cache of what no image uses, ``cache_gc``, where it has one): written at the build, and
+  at the first use of an image that an older MODAK built;
 - ``.used/SAFE/RUN``: a lease, one a run that uses the image (a job, a search's trial),
   taken before the image is built or used and released when its job has ended; a lease not
   released (a deploy that never waited for its job) stops counting after ``stale_days``;
@@ -86,13 +87,13 @@ def _fill(words, values, build_args):
 
 def builder_commands(builder, image, recipe, context, build_args):
     """The runtime backend's commands for this image (argv): build, exists, remove, and
-    size where it has one."""
+    size and cache_gc where it has them."""
     args = []
     for key, value in sorted(dict(builder.get("build_args") or {}, **build_args).items()):
         args += [builder.get("build_arg", "--build-arg"), "%s=%s" % (key, value)]
     values = {"image": image, "recipe": recipe, "context": context, "partial": image + ".partial"}
     return dict((what, _fill(builder[what]["argv"], values, args))
-                for what in ("exists", "build", "remove", "size") if what in builder)
+                for what in ("exists", "build", "remove", "size", "cache_gc") if what in builder)
 
 
 def fill(argv, image):
@@ -128,15 +129,16 @@ def _mtime(path):
 
 
 def write_record(log_dir, image, runtime, remove, size=None, is_file=False, exists=None,
-                 listed=False):
+                 listed=False, cache_gc=None):
     """What removing ``image`` takes, beside its completion record (replaced atomically):
-    its ``remove`` and ``size`` command lines, and ``exists`` (``listed``: the image is
+    its ``remove`` and ``size`` command lines, ``exists`` (``listed``: the image is
     there when the output names it) to tell a removal that failed from an image already
-    gone."""
+    gone, and ``cache_gc``, what clears its builder's cache of what no image uses."""
     path = marker(log_dir, image) + ".json"
     record = {"image": image, "runtime": runtime, "remove": list(remove),
               "size": list(size) if size else None, "file": bool(is_file),
-              "exists": list(exists) if exists else None, "listed": bool(listed)}
+              "exists": list(exists) if exists else None, "listed": bool(listed),
+              "cache_gc": list(cache_gc) if cache_gc else None}
     with open(path + ".tmp", "w") as f:
         json.dump(record, f)
     os.rename(path + ".tmp", path)

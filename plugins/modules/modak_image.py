@@ -436,7 +436,8 @@ def main():
     if partial:
         os.rename(partial, p["image"])
     write_record(p["log_dir"], p["image"], p["runtime"], cmds["remove"], cmds.get("size"),
-                 builder.get("file"), cmds["exists"], builder["exists"].get("listed"))
+                 builder.get("file"), cmds["exists"], builder["exists"].get("listed"),
+                 cmds.get("cache_gc"))
     with open(marker, "w") as f:
         f.write("%s built in %s s from %s\n" % (p["image"], result["duration_s"], p["recipe"]))
     result["built"] = True

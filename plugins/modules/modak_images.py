@@ -27,6 +27,11 @@ description:
     and fails the task, naming it, unless the image is gone already (removed by hand). A lease is taken and an image removed
     under one lock, so a run that leased the image before its removal finds it gone when
     it looks for it, and builds it again.
+  - V(pruned) then runs, once each, the command that clears a builder's cache of what no
+    image uses, as the images' build records give it (C(podman image prune) of the layers
+    that carry MODAK's label and that no image uses - a failed or killed build's -,
+    C(ch-image build-cache --gc)), unless a build in O(log_dir) is running; in check mode
+    it says what it would run (RV(caches)). One that fails is a warning, not a failure.
   - An image that is no longer where its runtime keeps images (removed by hand, a reset of
     Charliecloud's storage), by its record's C(exists) command, and that no run holds, is
     listed as gone; V(pruned) drops its records (RV(forgotten)), whatever its last use.
@@ -106,7 +111,9 @@ images:
   type: list
   elements: dict
 lines:
-  description: The listing as text, a line an image (what V(pruned) did to it included).
+  description:
+    - The listing as text, a line an image (what V(pruned) did to it included), then a line
+      a builder cache command of V(pruned) (RV(caches)).
   returned: always
   type: list
   elements: str
@@ -129,6 +136,14 @@ forgotten:
   returned: always
   type: list
   elements: str
+caches:
+  description:
+    - The builders' cache commands of V(pruned) - C(argv), whether it C(ran) (not in check
+      mode, nor while a build runs), its exit status C(rc), and the C(line) said of it, which
+      RV(lines) ends with.
+  returned: when state is pruned
+  type: list
+  elements: dict
 """
 
 import os
@@ -197,8 +212,54 @@ def survey(module, log_dir, leases, unused_s, stale_s):
                     for r, d, a in held],
             building=building, removable=not why.startswith("kept"), gone=gone, why=why,
             remove=record.get("remove"), exists=record.get("exists"),
-            listed=record.get("listed")))
+            listed=record.get("listed"), cache_gc=record.get("cache_gc")))
     return out
+
+
+def clear_caches(module, log_dir, images):
+    """After a prune's removals: each builder's command that clears its cache of what no
+    image uses (the images' records' ``cache_gc``: Podman's layers of a failed or killed
+    build, Charliecloud's unreachable build states), each once, unless a build of
+    ``log_dir`` runs (its layers are not yet an image's); in check mode, what would run.
+    A command that fails is said, not an error: the images' removals stand."""
+    commands = []
+    for entry in images:
+        argv = entry.get("cache_gc")
+        if _valid_argv(argv) and argv not in commands:
+            commands.append(argv)
+    building = _builds_running(log_dir) if commands else []
+    out = []
+    for argv in commands:
+        said = " ".join(argv)
+        if building:
+            out.append(dict(argv=argv, ran=False, line="builder cache: %s not run: a build "
+                            "is running (%s)" % (said, ", ".join(building))))
+            continue
+        if module.check_mode:
+            out.append(dict(argv=argv, ran=False, line="builder cache: would run %s" % said))
+            continue
+        rc, stdout, stderr = module.run_command(argv)
+        last = ((stdout or "").strip().splitlines() or [""])[-1][-200:]
+        if rc == 0:
+            text = "builder cache: ran %s%s" % (said, (": " + last) if last else "")
+        else:
+            text = "builder cache: %s failed (exit %d): %s" % (
+                said, rc, ((stderr or stdout or "").strip().splitlines() or [""])[-1][-300:])
+            module.warn(text)
+        out.append(dict(argv=argv, ran=True, rc=rc, line=text))
+    return out
+
+
+def _builds_running(log_dir):
+    """The images of ``log_dir`` whose build runs now (a build not yet recorded as built
+    among them: its lock is all there is)."""
+    folder = os.path.join(log_dir, ".building")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [n[:-4] for n in names if n.endswith(".pid")
+            and lock_holder(os.path.join(folder, n)) is not None]
 
 
 def _gone(module, image, record):
@@ -272,14 +333,15 @@ def main():
             builder = p["builder"] or {}
             cmds = dict((what, fill(argv, image) if _valid_argv(argv) else None)
                         for what, argv in ((what, (builder.get(what) or {}).get("argv"))
-                                           for what in ("remove", "size", "exists")))
+                                           for what in ("remove", "size", "exists", "cache_gc")))
             listed = bool((builder.get("exists") or {}).get("listed"))
             done = os.path.exists(marker(log_dir, image))
             record = record_of(log_dir, image) if done else None
             if p["runtime"] and cmds["remove"] and done and (
-                    record is None or (cmds["size"] and not record.get("size"))):
+                    record is None or any(cmds[what] and not record.get(what)
+                                          for what in ("size", "cache_gc"))):
                 write_record(log_dir, image, p["runtime"], cmds["remove"], cmds["size"],
-                             p["file"], cmds["exists"], listed)
+                             p["file"], cmds["exists"], listed, cmds["cache_gc"])
             # whether the image is there now, leased: a prune removes it no more
             if cmds["exists"]:
                 result["exists"] = done and present(module.run_command, cmds["exists"], listed,
@@ -316,10 +378,12 @@ def main():
                     entry["why"] = "%s: %s" % ("forgotten" if entry["gone"] else "removed",
                                                entry["why"])
                 result["forgotten" if entry["gone"] else "removed"].append(entry["image"])
+            result["caches"] = clear_caches(module, log_dir, images)
     for entry in images:
-        for key in ("remove", "exists", "listed"):
+        for key in ("remove", "exists", "listed", "cache_gc"):
             entry.pop(key)
     result["lines"] = [line(e) for e in images] or ["no MODAK images in %s" % log_dir]
+    result["lines"] += [c["line"] for c in result.get("caches", [])]
     result.update(images=images, changed=bool(result["removed"] or result["forgotten"])
                   and not module.check_mode)
     if errors:

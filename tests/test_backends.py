@@ -22,6 +22,11 @@ SIZES = {"podman": ["podman", "image", "inspect", "--format", "{{.Size}}", "loca
          "charliecloud": ["sh", "-c", 'd=$(ch-image gestalt storage-path) && du -sb '
                           '"$d/img/$(printf %s "$1" | tr "/:" "%+")" | cut -f1', "sh",
                           "modak/x:1"]}
+# the runtimes whose builder has a cache that a prune clears of what no image uses: only
+# MODAK's layers (its recipes' label) for Podman, whose store is the user's too
+CACHES = {"podman": ["podman", "image", "prune", "--force", "--filter",
+                     "label=org.modak.variant"],
+          "charliecloud": ["ch-image", "build-cache", "--gc"]}
 # runtime -> (image reference, build argv, exists argv, remove argv), for the recipe
 # /b/recipe, the context /b and the build argument A=1
 BUILDS = {
@@ -51,7 +56,8 @@ def test_builder_commands(name):
     ref, build, exists, remove = BUILDS[name]
     cmds = image.builder_commands(data, ref, "/b/recipe", "/b", {"A": "1"})
     size = {"size": SIZES[name]} if name in SIZES else {}
-    assert cmds == {"build": build, "exists": exists, "remove": remove, **size}
+    cache = {"cache_gc": CACHES[name]} if name in CACHES else {}
+    assert cmds == {"build": build, "exists": exists, "remove": remove, **size, **cache}
 
 
 class FakeModule:

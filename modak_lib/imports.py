@@ -69,16 +69,24 @@ MAX_METADATA_BYTES = 4 * 1024 * 1024  # a wheel's METADATA larger than this is n
 
 
 def local_modules(files: Iterable[tuple[str, str]], script: str) -> set[str]:
-    """The top-level names that the run directory's files give: those at its top and those
-    beside the script (its directory is ``sys.path[0]`` in the job)."""
+    """The top-level modules that the run directory's files give, at its top and beside the
+    script (its directory is ``sys.path[0]`` in the job): a folder with files in it, a
+    ``.py`` file, an extension module; not a data file (``data.csv`` is no ``data``)."""
     script_dir = script.rpartition("/")[0]
     names: set[str] = set()
     for _, dest in files:
-        parts = dest.split("/")
-        names.add(parts[0])
-        if script_dir and dest.startswith(script_dir + "/"):
-            names.add(dest[len(script_dir) + 1:].split("/")[0])
-    return {n[:-3] if n.endswith(".py") else n.split(".", 1)[0] for n in names}
+        for rel in (dest, dest[len(script_dir) + 1:] if script_dir and dest.startswith(
+                script_dir + "/") else None):
+            if rel is None:
+                continue
+            first, _, rest = rel.partition("/")
+            if rest:
+                names.add(first)
+            elif first.endswith(".py"):
+                names.add(first[:-3])
+            elif first.endswith((".so", ".pyd")):
+                names.add(first.split(".", 1)[0])
+    return names
 
 
 @dataclass

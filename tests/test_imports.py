@@ -142,7 +142,8 @@ def test_the_check_names_what_no_wheel_provides_and_the_modules_not_sent(tmp_pat
     (tmp_path / "job/src/tools").mkdir()
     (tmp_path / "job/src/tools/__init__.py").write_text("")
     (tmp_path / "job/src/data").mkdir()  # a directory of data is not a module
-    files = [script, (str(tmp_path / "job/src/model.py"), "src/model.py")]
+    files = [script, (str(tmp_path / "job/src/model.py"), "src/model.py"),
+             (str(tmp_path / "job/src/model.py"), "src/sklearn.json")]  # (data: no module)
     found = check(files, "src/train.py", ["Pandas>=2", "not a req!"], Wheelhouse.read(house),
                   own=["torch==2.13.0", "numpy", "typing-extensions"])
     assert [i.module for i in found.unsent_modules] == ["helpers", "tools"]

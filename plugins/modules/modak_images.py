@@ -221,7 +221,9 @@ def clear_caches(module, log_dir, images):
     image uses (the images' records' ``cache_gc``: Podman's layers of a failed or killed
     build, Charliecloud's unreachable build states), each once, unless a build of
     ``log_dir`` runs (its layers are not yet an image's); in check mode, what would run.
-    A command that fails is said, not an error: the images' removals stand."""
+    Called under the directory's lease lock, which a run takes before it builds: no build
+    of it starts meanwhile.  A command that fails is said, not an error: the images'
+    removals stand."""
     commands = []
     for entry in images:
         argv = entry.get("cache_gc")

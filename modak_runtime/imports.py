@@ -18,8 +18,10 @@ from typing import Iterable, NamedTuple, Optional
 
 # a Python file larger than this is not read for its imports
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
-# the Python files of a run directory read after a failed import, at most
+# the Python files of a run directory read after a failed import, at most, and the entries
+# looked at to find them (a folder of data sent with the script is not walked whole)
 MAX_FILES = 400
+MAX_ENTRIES = 20000
 IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
 TRY = (ast.Try, getattr(ast, "TryStar", ast.Try))
 SKIP_DIRS = {"__pycache__", "modak_runtime", ".git", ".venv", "node_modules"}
@@ -105,16 +107,20 @@ def required_imports(files: Iterable[tuple[str, str]]) -> list[Import]:
 
 def _python_files(top: str) -> list[tuple[str, str]]:
     """The ``.py`` files under ``top`` (hidden entries, caches and the runtime aside), as
-    (path, name relative to ``top``), at most :data:`MAX_FILES`."""
+    (path, name relative to ``top``): at most :data:`MAX_FILES` of them, and no folder
+    entered once :data:`MAX_ENTRIES` entries were looked at (``top``'s own are read first)."""
     out: list[tuple[str, str]] = []
+    seen = 0
     for here, dirs, files in os.walk(top):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
         for name in sorted(files):
             if name.endswith(".py") and not name.startswith("."):
                 path = os.path.join(here, name)
                 out.append((path, os.path.relpath(path, top)))
                 if len(out) >= MAX_FILES:
                     return out
+        seen += len(dirs) + len(files)
+        dirs[:] = [] if seen > MAX_ENTRIES else sorted(
+            d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
     return out
 
 

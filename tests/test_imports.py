@@ -304,3 +304,29 @@ def test_a_run_that_failed_on_an_import_names_every_import_its_python_lacks(tmp_
             "ModuleNotFoundError: No module named 'first_missing_here' (a package the image "
             "lacks: list it in application.pip_packages; or a module of the user's the run "
             "directory lacks: list it in application.files)")
+
+
+def test_the_runtime_reads_a_bounded_part_of_a_large_run_directory(tmp_path, monkeypatch):
+    """A folder of data sent with the script is not walked whole after a failed import: the
+    top's files are read first, and no folder is entered past the entries' limit."""
+    from modak_runtime import imports
+
+    (tmp_path / "train.py").write_text("import a_missing\n")
+    (tmp_path / "data").mkdir()
+    for i in range(50):
+        (tmp_path / "data" / f"{i}.png").write_text("")
+    (tmp_path / "data" / "deeper").mkdir()
+    (tmp_path / "data" / "deeper" / "tool.py").write_text("import b_missing\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "util.py").write_text("import c_missing\n")
+    found = lambda: [name for _, name in imports._python_files(str(tmp_path))]  # noqa: E731
+    assert found() == ["train.py", "data/deeper/tool.py", "lib/util.py"]
+    monkeypatch.setattr(imports, "MAX_ENTRIES", 40)
+    assert found() == ["train.py", "lib/util.py"]  # (data/ had 51 entries: not entered)
+    monkeypatch.setattr(imports, "MAX_ENTRIES", 2)
+    assert found() == ["train.py"]
+    monkeypatch.setattr(imports, "MAX_FILES", 1)
+    monkeypatch.setattr(imports, "MAX_ENTRIES", 10**6)
+    assert found() == ["train.py"]
+    assert [i.module for i in imports.missing_here(str(tmp_path / "train.py"),
+                                                   str(tmp_path))] == ["a_missing"]

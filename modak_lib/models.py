@@ -138,6 +138,9 @@ class Build(Strict):
     build_parallelism: Count(1024) = 1
 
 
+MAX_DATA_PATHS = 16  # application.data_paths: each is a bind and a check on the front-end
+
+
 class Application(Strict):
     framework: Framework = Framework.none
     framework_version: Optional[str] = Field(
@@ -176,6 +179,10 @@ class Application(Strict):
         (), description="files or directories the script writes in the run directory (its "
         "working directory), relative to it: after the job, completed or not, the deploy "
         "fetches them with the job's output (results/RUN/outputs/)")
+    data_paths: tuple[DatasetPath, ...] = Field(
+        (), max_length=MAX_DATA_PATHS, description="further data the script reads besides "
+        "dataset (pretrained weights, a second dataset): absolute paths on the target's "
+        "nodes, each bound into the container at its own path and checked as dataset is")
 
     @field_validator("framework_version", mode="after")
     @classmethod
@@ -201,6 +208,27 @@ class Application(Strict):
     def _one_length(self) -> "Application":
         one_length(self.steps, self.epochs)
         return self
+
+    @field_validator("data_paths", mode="after")
+    @classmethod
+    def _distinct(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        seen = set()
+        for path in value:
+            if path.rstrip("/") in seen:
+                raise ValueError(f"{path!r} is named twice")
+            seen.add(path.rstrip("/"))
+        return value
+
+    @model_validator(mode="after")
+    def _not_the_dataset(self) -> "Application":
+        if self.dataset and self.dataset.rstrip("/") in {p.rstrip("/") for p in self.data_paths}:
+            raise ValueError(f"data_paths names the dataset {self.dataset!r} again")
+        return self
+
+    @property
+    def data(self) -> tuple[str, ...]:
+        """Every path of the target's that the job reads: the dataset, then data_paths."""
+        return ((self.dataset,) if self.dataset else ()) + self.data_paths
 
 
 def one_length(steps: Optional[int], epochs: Optional[int]) -> None:
@@ -437,4 +465,7 @@ class Plan(Strict):
     outputs: tuple[str, ...] = Field(
         (), description="what the deploy fetches from the run directory after the job "
         "(application.outputs)")
+    data_paths: tuple[str, ...] = Field(
+        (), description="further data the application reads on the target's nodes "
+        "(application.data_paths), bound and checked as the dataset is")
     notes: tuple[str, ...] = ()

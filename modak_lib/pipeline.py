@@ -135,7 +135,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
     runtime = RUNTIMES[decision.runtime.value]
     scheduler = SCHEDULERS[target.scheduler]
     dataset = request.application.dataset
-    data = (dataset,) if dataset else ()  # the host paths the job's container binds
+    data = request.application.data  # the host paths the job's container binds
 
     # recipes: one description, every format
     cuda_arch = None
@@ -207,7 +207,9 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
             launch=join(words), source=request.source.rsplit("/", 1)[-1], chosen=chosen_label,
             decided_by=decision.decided_by, run_id=rid, app_digest=app_digest,
             job_id_vars=scheduler.job_id_vars, submit_dir_vars=scheduler.submit_dir_vars,
-            stop=runtime.stop(), probe=probe, rendezvous=rendezvous, dataset=dataset)
+            stop=runtime.stop(), probe=probe, rendezvous=rendezvous,
+            data=tuple((path, "application.dataset" if path == dataset
+                        else "application.data_paths") for path in data))
 
     # the default run id is the script's own hash: the same script is the same run (never
     # submitted twice); anything that changes the script (another image, another choice)
@@ -238,6 +240,7 @@ def make_plan(request: JobRequest, predictor: Optional[Predictor] = None, *,
                 steps=decision.known_steps, epochs=request.application.epochs,
                 autotune=decision.autotune, search=decision.search,
                 app_files=tuple(app_files), dataset=dataset,
+                data_paths=request.application.data_paths,
                 outputs=request.application.outputs)
     files["plan.json"] = json.dumps(plan.model_dump(mode="json"), indent=2) + "\n"
     return PlanResult(plan=plan, files=files, decision=decision)

@@ -148,22 +148,24 @@ def render_job_script(*, directives: list[str], exports: dict[str, str], launch:
                       source: str, chosen: str, decided_by: str, run_id: str,
                       job_id_vars: tuple[str, ...] = (), submit_dir_vars: tuple[str, ...] = (),
                       app_digest: str = "", stop: str | None = None, probe: str = "",
-                      rendezvous: bool = False, dataset: str | None = None) -> str:
+                      rendezvous: bool = False, data: tuple[tuple[str, str], ...] = ()
+                      ) -> str:
     """``job_id_vars``/``submit_dir_vars``: the scheduler's variables naming the job and the
     directory it was submitted from (the first set wins), where it has them: a job that has
     them prints its id first (``{"modak": "job-start", ...}``, what the job control finds a
     job by when its record was lost); ``probe``: the command that measures the target first
     (empty: its figures are known); ``rendezvous``: the job sets where a PyTorch job's ranks
     meet (``MASTER_ADDR``: this node, the job's first; ``MASTER_PORT``: from the job's
-    number), unless its environment does; ``dataset``: the data the application reads (a
-    checked absolute path), which the job checks is on its node before it starts."""
+    number), unless its environment does; ``data``: the data the application reads
+    (checked absolute paths, each with the request's field that names it), which the job
+    checks is on its node before it starts."""
     return render("jobs/job.sh.j2", directives=directives, exports=exports, launch=launch,
                   source=source, chosen=chosen, decided_by=decided_by, run_id=run_id,
                   job_id=_first_set(job_id_vars, "$$"),
                   started_as=_first_set(job_id_vars, "") if job_id_vars else None,
                   submit_dir=_first_set(submit_dir_vars, "$PWD") if submit_dir_vars else None,
                   app_digest=app_digest, stop=stop, probe=probe, rendezvous=rendezvous,
-                  dataset=dataset,
+                  data=data,
                   # (the runtime's port where no job script gives one: the same in both)
                   port_base=PORT_BASE, port_span=PORT_SPAN)
 

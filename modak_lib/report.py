@@ -58,14 +58,17 @@ def grouped_notes(notes) -> list[str]:
     return out
 
 
-def _data_bind(runtime: RuntimeSpec) -> str:
-    """How the job's container has its dataset (nothing to say without a container)."""
+def _data_bind(runtime: RuntimeSpec, paths: int = 1) -> str:
+    """How the job's container has its data, ``paths`` of them (nothing to say without a
+    container)."""
     if runtime.recipe_format is None:
         return ""
+    that, it, has = ("that path", "it", "has the path") if paths == 1 else \
+        ("each one's own path", "them", "has the paths")
     if runtime.read_only_binds:
-        return " (read-only, at that path)"
-    return (f" (at that path; {runtime.name} binds it writable where the login may write, "
-            "and its image has the path)")
+        return f" (read-only, at {that})"
+    return (f" (at {that}; {runtime.name} binds {it} writable where the login may write, "
+            f"and its image {has})")
 
 
 def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
@@ -87,9 +90,10 @@ def plan_table(plan: Plan, show: int = 8, out: Optional[str] = None,
         ("  chosen     ", f"compiler={c.compiler or 'off'} threads={c.threads} "
          f"allocator={c.allocator.value} precision={c.precision.value}"),
     ]
-    if plan.dataset:
-        head.append(("  data       ", f"{plan.dataset}"
-                     + _data_bind(RUNTIMES[plan.runtime.value])))
+    data = ((plan.dataset,) if plan.dataset else ()) + plan.data_paths
+    if data:
+        head.append(("  data       ", ", ".join(data)
+                     + _data_bind(RUNTIMES[plan.runtime.value], len(data))))
     lines: list[str] = []
     for label, text in head:
         lines += _wrap(label + text, " " * len(label), width)

@@ -401,20 +401,24 @@ def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
     dataset that the front-end has not stops the deploy before anything is staged."""
     torch = pytest.importorskip("torch")
     shared = pathlib.Path("/var/tmp") / f"modak-test-data-{uuid.uuid4().hex[:8]}"
-    data = shared / "sensors"
+    data, weights = shared / "sensors", shared / "weights"
     data.mkdir(parents=True)
+    weights.mkdir()
     try:
         gen = torch.Generator().manual_seed(0)
         torch.save(torch.randn(64, 8, generator=gen), data / "x.pt")
         torch.save(torch.randint(0, 3, (64,), generator=gen), data / "y.pt")
-        for path in (shared, data):  # (the front-end's user reads it; root owns it)
+        torch.save(torch.zeros(3, 8), weights / "w.pt")
+        for path in (shared, data, weights):  # (the front-end's user reads it; root owns it)
             path.chmod(0o755)
         proj = deploy.tmp / "someone" / "data-project"
         proj.mkdir(parents=True)
         (proj / "train.py").write_text((ROOT / "tests/user_scripts/shared_data.py").read_text())
         job = json.loads(json.dumps(USER_REQUEST))["job"]
         del job["target"]  # (the front-end's infrastructure file is the target)
-        job["application"]["arguments"] = f"--data {data} --steps 8"
+        # (and its starting weights from another directory: application.data_paths)
+        job["application"]["arguments"] = f"--data {data} --steps 8 --init {weights}"
+        job["application"]["data_paths"] = [str(weights)]
         ai = job["optimisation"]["app_type-ai_training"]
         ai["ai_framework-pytorch"]["compile"] = False
         ai["data"] = {"location": str(data)}
@@ -426,8 +430,13 @@ def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
         assert row["status"] == "ok" and row["steps"] == 8
         out = "".join(p.read_text() for p in (deploy.tmp / "results").glob("*/*.out"))
         assert "the data: not writable (Read-only file system)" in out
+        assert f"started from the weights in {weights}" in out
         assert "trained 8 steps on 64 samples" in out
         assert not (data / "written-by-the-job").exists()
+        job_sh = next((deploy.tmp / "plans").glob("*/job.sh")).read_text()
+        assert f"--volume {weights}:{weights}:ro" in job_sh and f"[ ! -e {weights} ]" in job_sh
+        del job["application"]["data_paths"]
+        job["application"]["arguments"] = f"--data {data} --steps 8"
 
         ai["data"] = {"location": str(shared / "elsewhere")}
         (proj / "request.json").write_text(json.dumps({"job": job}))
@@ -437,12 +446,14 @@ def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
                 "front-end frontend (the job reads it at that path") in proc.stdout
         assert "Submit the job" not in proc.stdout and len(deploy.store.rows()) == 1
         (shared / "private").mkdir(mode=0o700)  # (root's: the front-end's login cannot read it)
-        ai["data"] = {"location": str(shared / "private")}
+        ai["data"] = {"location": str(data)}
+        job["application"]["data_paths"] = [str(weights), str(shared / "private")]
         (proj / "request.json").write_text(json.dumps({"job": job}))
         proc = deploy(request=proj / "request.json", modak_infra=infra)
         assert proc.returncode != 0
-        assert (f"application.dataset: {shared}/private is on the front-end frontend, but its "
-                "login cannot read it") in proc.stdout
+        assert (f"application.data_paths: {shared}/private is on the front-end frontend, but "
+                "its login cannot read it") in " ".join(proc.stdout.split())
+        del job["application"]["data_paths"]
 
         # Charliecloud: its image has the dataset's directory to bind onto; the data is
         # writable only as the login's own permissions allow (root's here: not)
@@ -465,7 +476,7 @@ def test_a_script_reads_its_data_where_the_cluster_has_it(deploy):
         proc = deploy(request=proj / "request.json", modak_infra=infra, env=charliecloud)
         assert proc.returncode != 0
         assert (f"application.dataset: {data}/x.pt is a file on the front-end frontend: a "
-                "charliecloud container has its dataset as a directory") in " ".join(
+                "charliecloud container has its data as a directory") in " ".join(
                     proc.stdout.split())
         assert len(deploy.store.rows()) == 2
     finally:

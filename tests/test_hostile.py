@@ -254,6 +254,65 @@ def test_a_dataset_is_bound_read_only_at_its_own_path_and_checked_on_the_node(tm
     assert proc.stderr.startswith(f"modak: the dataset {gone} (application.dataset) is not on ")
 
 
+def test_further_data_paths_are_bound_and_checked_as_the_dataset_is(tmp_path):
+    """A script that reads more than its dataset (its starting weights, in another
+    directory) names them in application.data_paths: each is bound at its own path (read-
+    only), made in a Charliecloud image, and checked on the node, which stops the job naming
+    the one it lacks; MODAK_DATASET still names the dataset."""
+    data, weights = tmp_path / "scratch" / "imagenet", tmp_path / "home" / "weights"
+    data.mkdir(parents=True)
+    weights.mkdir(parents=True)
+    app = {"dataset": str(data), "data_paths": [str(weights)]}
+    result = plan_of(request(scheduler="slurm", runtime="podman", application=app))
+    assert result.plan.dataset == str(data) and result.plan.data_paths == (str(weights),)
+    assert f" data {data}, {weights} (read-only, at each one's own path) " in " ".join(
+        plan_table(result.plan).split())
+    calls, _ = run_script(result.files["job.sh"], tmp_path)
+    (call,) = [c for c in calls if c["prog"] == "podman"]
+    argv = call["argv"]
+    for path in (data, weights):
+        assert argv[argv.index(f"{path}:{path}:ro") - 1] == "--volume"
+    assert f"MODAK_DATASET={data}" in argv
+    ch = plan_of(request(scheduler="slurm", runtime="charliecloud",
+                         application={"data_paths": ["/scratch/a", "/scratch/b"]}))
+    assert ch.files["Dockerfile.charliecloud"].splitlines()[-1] == "RUN mkdir -p /scratch/a " \
+        "/scratch/b" and "MODAK_DATASET" not in ch.files["job.sh"]
+    # the node lacks the second: the job names it and its field, and launches nothing
+    gone = tmp_path / "home" / "gone"
+    app = {"dataset": str(data), "data_paths": [str(weights), str(gone)]}
+    work = tmp_path / "node"
+    work.mkdir()
+    (work / "job.sh").write_text(plan_of(request(scheduler="slurm", runtime="podman",
+                                                 application=app)).files["job.sh"])
+    proc = subprocess.run(["bash", "job.sh"], cwd=work, env={"PATH": "/nonexistent:/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 66
+    assert proc.stderr.startswith(f"modak: the data {gone} (application.data_paths) is not on ")
+    # what is refused, with its field
+    for bad, said in (([str(weights), f"{weights}/"], "is named twice"),
+                      ([str(data)], "names the dataset"), (["weights"], "must be absolute"),
+                      (["/etc/ssl"], "the container's own system"),
+                      ([f"/d{i}" for i in range(17)], "at most 16 items")):
+        with pytest.raises(ValueError, match=said):
+            request(application={"dataset": str(data), "data_paths": bad})
+
+
+def test_data_paths_in_the_dsl_are_read_and_refused_with_their_field():
+    doc = {"job": {"application": {"executable": "python3 train.py",
+                                   "data_paths": ["/scratch/w", "relative/w"]},
+                   "target": {"job_scheduler_type": "slurm"},
+                   "optimisation": {"app_type": "ai_training", "app_type-ai_training": {
+                       "config": {"ai_framework": "pytorch"},
+                       "ai_framework-pytorch": {"version": "2.13"}}}}}
+    with pytest.raises(InputError) as err:
+        read_dsl(doc, "r.json")
+    said = str(err.value)
+    assert "r.json: job.application.data_paths[1]: dataset path 'relative/w' must be " \
+        "absolute" in said
+    doc["job"]["application"]["data_paths"] = ["/scratch/w"]
+    assert read_dsl(doc, "r.json").application.data_paths == ("/scratch/w",)
+
+
 def test_a_charliecloud_image_has_its_datasets_mount_point(tmp_path):
     """ch-run binds onto a directory its read-only image has: the Charliecloud recipe makes
     the dataset's path, last (its earlier layers are the same image's), and ch-run binds the

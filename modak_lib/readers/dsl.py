@@ -67,6 +67,7 @@ class DslApplication(_M):
     build: Optional[DslBuild] = None
     files: list[str] = []  # MODAK extension: what the run directory receives
     outputs: list[str] = []  # MODAK extension: what the deploy fetches back
+    data_paths: list[str] = []  # MODAK extension: further data the job reads
 
 
 class DslOptBuild(_M):
@@ -328,7 +329,7 @@ def read_dsl(data: Any, source: str, base_target: Target | None = None) -> JobRe
             "mpi_ranks": app.mpi_ranks, "threads": app.threads,
             "build": Build(**app.build.model_dump()) if app.build else None,
             "user_image": user_image, "files": app.files, "outputs": app.outputs,
-            "dataset": dataset,
+            "dataset": dataset, "data_paths": app.data_paths,
         },
         "optimisation": {
             "enable_opt_build": opt.enable_opt_build if opt else False,

@@ -121,6 +121,19 @@ def build_lock(log_dir, image):
     return os.path.join(log_dir, ".building", safe(image) + ".pid")
 
 
+def builds_running(log_dir, but=None):
+    """The images of ``log_dir`` (by their SAFE names) whose build runs now, the build whose
+    lock is ``but`` aside."""
+    folder = os.path.join(log_dir, ".building")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [name[:-4] for name in names if name.endswith(".pid")
+            and os.path.join(folder, name) != but
+            and lock_holder(os.path.join(folder, name)) is not None]
+
+
 def _mtime(path):
     try:
         return os.stat(path).st_mtime

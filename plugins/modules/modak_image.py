@@ -152,8 +152,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
-    builder_commands, lock_holder, marker as completion_marker, present, read, safe,
-    under_home, write_record)
+    builder_commands, builds_running, lock_holder, marker as completion_marker, present, read,
+    safe, under_home, write_record)
 
 
 STEP = re.compile(r"^(STEP \d+/\d+: .*|\d+\. .*|INFO: .*)$")
@@ -278,12 +278,7 @@ class Build(object):
 
     def others_running(self):
         """Whether a build of another image of this log_dir runs now."""
-        try:
-            names = os.listdir(self.dir)
-        except OSError:
-            return False
-        return any(lock_holder(os.path.join(self.dir, name)) for name in names
-                   if name.endswith(".pid") and os.path.join(self.dir, name) != self.lock)
+        return bool(builds_running(os.path.dirname(self.dir), but=self.lock))
 
     def started_at(self):
         try:

@@ -151,8 +151,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modak.modak.plugins.module_utils.modak_images import (
-    DAY_S, Leases, build_lock, built, fill, lock_holder, marker, present, record_of,
-    under_home, write_record)
+    DAY_S, Leases, build_lock, builds_running, built, fill, lock_holder, marker, present,
+    record_of, under_home, write_record)
 
 
 def _size(module, image, record):
@@ -229,7 +229,7 @@ def clear_caches(module, log_dir, images):
         argv = entry.get("cache_gc")
         if _valid_argv(argv) and argv not in commands:
             commands.append(argv)
-    building = _builds_running(log_dir) if commands else []
+    building = builds_running(log_dir) if commands else []
     out = []
     for argv in commands:
         said = " ".join(argv)
@@ -250,18 +250,6 @@ def clear_caches(module, log_dir, images):
             module.warn(text)
         out.append(dict(argv=argv, ran=True, rc=rc, line=text))
     return out
-
-
-def _builds_running(log_dir):
-    """The images of ``log_dir`` whose build runs now (a build not yet recorded as built
-    among them: its lock is all there is)."""
-    folder = os.path.join(log_dir, ".building")
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
-    return [n[:-4] for n in names if n.endswith(".pid")
-            and lock_holder(os.path.join(folder, n)) is not None]
 
 
 def _gone(module, image, record):

@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     init = sub.add_parser("init", help="write a starting blueprint, its training script, "
                           "the TOSCA types, an infrastructure file and an inventory")
     init.add_argument("dir", nargs="?", default=".", help="where to write (default: here)")
+    init.add_argument("--script", metavar="FILE",
+                      help="your own training script in DIR: write the blueprint around it "
+                      "(its framework, options, packages and data read from it, never run) "
+                      "instead of the example and its train.py")
+    init.add_argument("--framework", choices=["pytorch", "tensorflow", "keras"],
+                      help="with --script: its framework, where its imports do not tell")
     init.add_argument("--force", action="store_true", help="replace files that exist")
     init.add_argument("--json", action="store_true", help="print the written paths as JSON")
 
@@ -470,17 +476,28 @@ def cmd_init(args: argparse.Namespace) -> int:
     machine and an Ansible inventory for ``ansible-playbook modak.modak.deploy``."""
     from .files import check_targets, write_atomic
     data = Path(__file__).parent / "data"
-    blueprint = (data / "examples" / "blueprint.yaml").read_text(encoding="utf-8")
-    # the checkout's example imports the types from the repository; here they lie beside it
-    blueprint = blueprint.replace("../../tosca/modak-types.yaml", "modak-types.yaml")
-    files = {
-        "blueprint.yaml": blueprint,
-        "train.py": (data / "examples" / "train.py").read_text(encoding="utf-8"),
+    out = Path(args.dir)
+    facts = None
+    if args.script:
+        facts = _own_script(out, args.script, args.framework)
+        from .scaffold import blueprint as scaffold
+        files = {"blueprint.yaml": scaffold(facts)}
+    elif args.framework:
+        raise ModakError("--framework: only with --script (the example's script is PyTorch's)")
+    else:
+        blueprint = (data / "examples" / "blueprint.yaml").read_text(encoding="utf-8")
+        # the checkout's example imports the types from the repository; here they lie
+        # beside it
+        blueprint = blueprint.replace("../../tosca/modak-types.yaml", "modak-types.yaml")
+        files = {"blueprint.yaml": blueprint,
+                 "train.py": (data / "examples" / "train.py").read_text(encoding="utf-8")}
+    files.update({
         "modak-types.yaml": (data / "tosca" / "modak-types.yaml").read_text(encoding="utf-8"),
         "infra-local.yaml": (data / "examples" / "infra-local.yaml").read_text(encoding="utf-8"),
         "inventory.yml": (data / "examples" / "inventory.yml").read_text(encoding="utf-8"),
-    }
-    out = Path(args.dir)
+    })
+    if facts is not None:
+        _reads_back(files)
     present = [name for name in files if os.path.lexists(out / name)]
     if present and not args.force:
         raise ModakError(f"{out}: {', '.join(present)} exist(s); nothing was written "
@@ -491,9 +508,82 @@ def cmd_init(args: argparse.Namespace) -> int:
         return _print_json({"written": written})
     if not args.quiet:
         print(f"wrote {', '.join(files)} into {out}/; next:")
+        if facts is not None:
+            for line in _said(facts):
+                print(f"  {line}")
         print(f"  modak plan {out / 'blueprint.yaml'} --infra {out / 'infra-local.yaml'}")
         print(f"  ansible-playbook modak.modak.deploy -i {out / 'inventory.yml'}")
     return 0
+
+
+def _own_script(out: Path, script: str, framework: Optional[str]):
+    """``modak init --script``: the user's script in ``out``, read (``scaffold``)."""
+    from .scaffold import read_script
+    from .validate import check_relative
+    from .wheelhouse import default_dir
+
+    base = out.resolve()
+    if os.path.isabs(script):
+        try:
+            script = str(Path(script).resolve().relative_to(base))
+        except ValueError:
+            raise ModakError(f"--script {script}: not inside {out} (the blueprint's directory, "
+                             "whose files the run directory receives)") from None
+    try:
+        script = check_relative(script, "--script")
+    except ValueError as exc:
+        raise ModakError(str(exc)) from None
+    path = base / script
+    steps = [base.joinpath(*Path(script).parts[:i + 1]) for i in range(len(Path(script).parts))]
+    if script.startswith("../") or any(s.is_symlink() for s in steps):
+        raise ModakError(f"--script {script}: a symbolic link or a path leading outside {out}")
+    if not path.is_file():
+        raise ModakError(f"--script {script}: no such file in {out}")
+    house = default_dir()
+    return read_script(base, script, framework, house if house.is_dir() else None)
+
+
+def _reads_back(files: dict[str, str]) -> None:
+    """The written blueprint, read by the TOSCA reader as ``modak plan`` reads it (in a
+    scratch directory, before anything is written)."""
+    import tempfile
+
+    from .readers import read_request
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("blueprint.yaml", "modak-types.yaml"):
+            Path(tmp, name).write_text(files[name], encoding="utf-8")
+        try:
+            read_request(Path(tmp, "blueprint.yaml"))
+        except InputError as exc:
+            raise CatalogueError(f"the blueprint written for the script does not read back: "
+                                 f"{exc.format()}") from None
+
+
+def _said(facts) -> list[str]:
+    """What ``modak init --script`` read from the script, and what to check."""
+    lines = [f"(read from {facts.script}: framework {facts.framework}"
+             + (f" {facts.framework_version}" if facts.framework_version else "")
+             + (f", batch {facts.batch_size}" if facts.batch_size else ", batch not read")
+             + (f", {facts.length_kind} from {facts.length.flag}" if facts.length else
+                ", length not read") + ")"]
+    if facts.pip_packages:
+        from .catalogue import load_catalogue
+
+        lines.append(f"(pip_packages: {', '.join(facts.pip_packages)}"
+                     + (f"; named as imported, check pip's names: {', '.join(facts.guessed)}"
+                        if facts.guessed else "") + ")")
+        try:
+            offline = facts.image and load_catalogue().variant(facts.image).wheelhouse
+        except KeyError:
+            offline = False
+        if offline:
+            lines.append(f"modak wheelhouse --image {facts.image} "
+                         + " ".join(facts.pip_packages)
+                         + "   # a front-end without a package index installs from it")
+    if facts.files:
+        lines.append(f"(files: {', '.join(facts.files)})")
+    return lines
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -203,7 +203,7 @@ def _path_constants(node: ast.AST) -> list[ast.Constant]:
     return []
 
 
-def _written(tree: ast.AST) -> set[int]:
+def written_constants(tree: ast.AST) -> set[int]:
     """The ids of the string constants that a Python file uses as paths it writes: an
     ``open(p, "w")`` (or ``"a"``, ``"x"``, never ``"+"``), a call of
     :data:`WRITING_CALLS`, a :data:`WRITING_METHODS` call on ``Path(p)``."""
@@ -294,7 +294,7 @@ def unsent_names(request: JobRequest, files: list[tuple[str, str]],
         tree = _syntax_tree(Path(src)) if dest.endswith(".py") else None
         if tree is None:
             continue
-        writes = _written(tree)
+        writes = written_constants(tree)
         names.update(node.value for node in ast.walk(tree)
                      if isinstance(node, ast.Constant) and isinstance(node.value, str)
                      and id(node) not in writes)

@@ -89,6 +89,11 @@ def problems(doc):
     ({"job.optimisation.app_type-ai_training.ai_framework-pytorch.speed": 1},
      "job.optimisation.app_type-ai_training.ai_framework-pytorch.speed", "unknown key"),
     ({"job.extra": {}}, "job.extra", "unknown key"),
+    # a slip of a known key names it; a key close to none lists the known ones, where few
+    ({"job.job_options.job_nmae": "x"}, "job.job_options.job_nmae",
+     "unknown key (did you mean 'job_name'?)"),
+    ({"job.application.colour": "red"}, "job.application.colour",
+     "unknown key (known: app_tag, app_type, arguments,"),
     ({"job.job_options.wall_time_limit": "1 day, 6:00:00"}, "job.job_options.wall_time_limit",
      "invalid wall time"),
     ({"job.target.job_scheduler_type": "sge"}, "job.target.job_scheduler_type", "slurm"),

@@ -162,6 +162,22 @@ def test_a_field_an_older_copy_of_the_types_lacks_says_to_copy_them_anew(tmp_pat
     assert "modak tosca-types" not in found
 
 
+def test_a_misspelt_field_is_named_with_the_one_meant(tmp_path):
+    """A slip of a field's name (a data type's, or a node's property) gets the field it is
+    close to; a name close to none gets the type's fields where they are few."""
+    path = blueprint(tmp_path, GOOD_APP[:-1] + ", batchsize: 16}")
+    (found,) = [m for _, m in errors(path) if "batchsize" in m]
+    assert found.endswith("(did you mean 'batch_size'?)"), found
+    path = blueprint(tmp_path, GOOD_APP + "\noptimisation: {enable_autotuning: true, "
+                     "autotune: true}")
+    (found,) = [m for _, m in errors(path) if "autotune" in m]
+    assert "(known: acc_type, allocators, allow_reduced_precision," in found, found
+    assert "enable_autotuning" in found
+    path.write_text(path.read_text().replace("optimisation:", "optimization:"))
+    (found,) = [m for _, m in errors(path) if "optimization" in m]
+    assert found.endswith("(did you mean 'optimisation'?)"), found
+
+
 def test_scheduler_constraint(tmp_path):
     found = errors(blueprint(tmp_path, GOOD_APP, "scheduler: sge"))
     assert any("sge" in m for _, m in found), found
@@ -219,3 +235,12 @@ def test_tosca_target_matches_model():
     fields = set(TYPES["data_types"]["modak.datatypes.Frontend"]["properties"])
     frontend = typing.get_type_hints(Target)["frontend"]
     assert fields == set(frontend.model_fields)
+
+
+def test_an_infrastructure_file_key_misspelt_is_named_with_the_one_meant(tmp_path):
+    from modak_lib.readers.infra import read_infra
+    path = tmp_path / "infra.yaml"
+    path.write_text("name: c\nscheduler: pbs\npartition: [batch]\n")
+    with pytest.raises(InputError) as exc:
+        read_infra(path)
+    assert exc.value.problems == [("partition", "unknown key (did you mean 'partitions'?)")]

@@ -24,8 +24,62 @@ def field_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _message(err: dict[str, Any]) -> str:
+SHOWN_KEYS = 16  # an unknown key's error lists the known ones where there are no more
+
+
+def close_to(name: str, known: "Any") -> str:
+    """What to add to "unknown key" for ``name`` among the ``known`` keys: the one it is
+    likely a slip of (``partition`` for ``partitions``), else the known ones, where few."""
+    import difflib
+
+    known = sorted({k for k in known if isinstance(k, str)})
+    if not known or not isinstance(name, str):
+        return ""
+    near = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.6) or [
+        k for k in known if name.lower().replace("-", "_") == k.lower()]
+    if near:
+        return f" (did you mean {near[0]!r}?)"
+    if len(known) <= SHOWN_KEYS:
+        return f" (known: {', '.join(known)})"
+    return ""
+
+
+def _models_in(annotation: Any) -> set[type[BaseModel]]:
+    """The pydantic models a field's type holds (``Optional[M]``, ``tuple[M, ...]``...)."""
+    import typing
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return {annotation}
+    found: set[type[BaseModel]] = set()
+    for arg in typing.get_args(annotation):
+        found |= _models_in(arg)
+    return found
+
+
+def keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> set[str]:
+    """The keys the mapping at ``loc`` (an error's location, without its last part) may
+    have, in ``model``: its fields' names and aliases; a part that names no field (a list's
+    index, a mapping's own key) stays at the models it is in."""
+    models = {model}
+    for part in loc:
+        inner: set[type[BaseModel]] = set()
+        for m in models:
+            for name, f in m.model_fields.items():
+                if part in (name, f.alias):
+                    inner |= _models_in(f.annotation)
+        if inner:
+            models = inner
+        elif isinstance(part, str) and not isinstance(part, bool) and any(
+                part in m.model_fields for m in models):
+            return set()  # a field that holds no model: not a mapping of known keys
+    return {k for m in models for name, f in m.model_fields.items() for k in (name, f.alias)
+            if k}
+
+
+def _message(err: dict[str, Any], model: "type[BaseModel] | None" = None) -> str:
     if err["type"] == "extra_forbidden":
+        if model is not None and err["loc"]:
+            return "unknown key" + close_to(err["loc"][-1], keys_at(model, err["loc"][:-1]))
         return "unknown key"
     if err["type"] == "missing":
         return "required field is missing"
@@ -36,7 +90,10 @@ def _message(err: dict[str, Any]) -> str:
     return msg
 
 
-def problems_of(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]:
+def problems_of(exc: ValidationError, prefix: str = "",
+                model: "type[BaseModel] | None" = None) -> list[tuple[str, str]]:
+    """(field path, message) of each error; with the ``model`` validated, an unknown key's
+    message names the known key it is close to (:func:`close_to`)."""
     problems = []
     for err in exc.errors():
         # drop pydantic's internal union/function-wrapper tags from the path
@@ -45,7 +102,7 @@ def problems_of(exc: ValidationError, prefix: str = "") -> list[tuple[str, str]]
         path = field_path(loc)
         if prefix:
             path = f"{prefix}.{path}" if path else prefix
-        problems.append((path, _message(err)))
+        problems.append((path, _message(err, model)))
     return problems
 
 
@@ -54,7 +111,7 @@ def validate(model: type[M], data: Any, source: str, prefix: str = "") -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise InputError(problems_of(exc, prefix), source) from None
+        raise InputError(problems_of(exc, prefix, model), source) from None
 
 
 # Limits of every input document (blueprints, inputs, infrastructure, DSL, catalogue): a

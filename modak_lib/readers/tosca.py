@@ -17,13 +17,15 @@ from pydantic import ValidationError
 
 from ..errors import InputError
 from ..models import JobRequest, Target
-from .common import load_document, problems_of, validate
+from .common import close_to, load_document, problems_of, validate
 from .infra import merge_target, resolve_host_values
 
 JOB_TYPE = "modak.nodes.AITrainingJob"
 _REPORT_LINE = re.compile(r"^[A-Za-z]+(Error|Exception): ")
 _UNKNOWN_FIELD = re.compile(r'^UnknownFieldError: Data value of type "(modak\.[\w.]+)" contains '
                             r'unknown field "([^"]+)"')
+_UNKNOWN_PROPERTY = re.compile(r'^UnknownFieldError: "properties" of template "[^"]*" contains '
+                               r'unknown field "([^"]+)"')
 TARGET_TYPE = "modak.nodes.HPCTarget"
 
 
@@ -72,18 +74,26 @@ def _parse(path: Path, inputs: dict[str, Any]) -> Any:
 
 
 def _stale_types(line: str) -> str:
-    """What to add to tosca-parser's line about a field a MODAK type does not have, where
-    this MODAK's types have it: the blueprint imports a copy of ``modak-types.yaml`` from an
-    older MODAK (``modak init`` writes one beside the blueprint)."""
+    """What to add to tosca-parser's line about a field a MODAK type does not have: where
+    this MODAK's types have it, that the blueprint imports a copy of ``modak-types.yaml``
+    from an older MODAK (``modak init`` writes one beside the blueprint); else the field
+    it is close to (``close_to``), of that data type, or of MODAK's node types for a
+    template's properties."""
     m = _UNKNOWN_FIELD.match(line)
-    if not m:
+    node = _UNKNOWN_PROPERTY.match(line)
+    if not m and not node:
         return ""
     try:
-        known = load_document(installed_types())["data_types"][m.group(1)]["properties"]
-    except (InputError, KeyError, TypeError):
+        types = load_document(installed_types())
+        if node:
+            return close_to(node.group(1), [
+                k for t in types["node_types"].values() if str(t.get("derived_from", ""))
+                .startswith("tosca.nodes") for k in (t.get("properties") or {})])
+        known = types["data_types"][m.group(1)]["properties"]
+    except (InputError, KeyError, TypeError, AttributeError):
         return ""
     if m.group(2) not in known:
-        return ""
+        return close_to(m.group(2), known)
     return (f" (this MODAK's {m.group(1)} has it: the blueprint imports an older MODAK's "
             "modak-types.yaml; copy this one's beside it: cp \"$(modak tosca-types)\" DIR)")
 
@@ -264,7 +274,7 @@ def request_from_nodes(job_name: str, job_props: dict[str, Any], target_name: st
         return JobRequest.model_validate(data)
     except ValidationError as exc:  # name the node's own property (job -> job_options)
         renamed = []
-        for p, m in problems_of(exc):
+        for p, m in problems_of(exc, model=JobRequest):
             head, _, rest = p.partition(".")
             head = {"job": "job_options"}.get(head, head)
             renamed.append((f"{prefix}.properties.{head}{'.' + rest if rest else ''}", m))

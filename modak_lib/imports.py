@@ -97,6 +97,7 @@ class Wheelhouse:
     provides: dict[str, set[str]] = field(default_factory=dict)
     requires: dict[str, set[str]] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)
+    files: dict[str, list[str]] = field(default_factory=dict)  # each distribution's wheels
 
     @property
     def distributions(self) -> set[str]:
@@ -125,7 +126,21 @@ class Wheelhouse:
                 continue
             house.provides.setdefault(dist, set()).update(_wheel_modules(names))
             house.requires.setdefault(dist, set()).update(requires)
+            house.files.setdefault(dist, []).append(wheel.name)
         return house
+
+    def wheels_for(self, requirements: Iterable[str], arch: str = "x86_64"
+                   ) -> Optional[list[str]]:
+        """The wheel files that pip may install for ``requirements`` from here (every
+        version of each distribution of :meth:`installed`), which are all an image's build
+        needs of the wheelhouse; None where that is not known for sure: a requirement
+        without a wheel here (pip's error names it), or a wheel that could not be read."""
+        requirements = [*requirements]
+        names = [_name(r) for r in requirements]
+        if self.unreadable or not names or any(n is None or n not in self.provides
+                                               for n in names):
+            return None
+        return sorted(f for d in self.installed(requirements, arch) for f in self.files[d])
 
     def installed(self, requirements: Iterable[str], arch: str = "x86_64") -> set[str]:
         """The distributions that pip installs for ``requirements`` from here: their closure
@@ -302,15 +317,13 @@ def check(files: list[tuple[str, str]], script: str, requirements: Iterable[str]
     return Check(missing, wanted, unsent, frozenset(filter(None, map(_name, own))))
 
 
-def plan_warning(plan, request, files: list[tuple[str, str]], wheelhouse: "str | Path",
-                 default: bool = True) -> Optional[str]:
-    """The plan's warning about what its job would lack (None: nothing to say): the user's
-    modules not sent, for every plan; and, for an image that installs from a wheelhouse, the
-    imports and distributions that no wheel there provides (not known for an image from a
-    package index, or none; nor for a wheelhouse without wheels, which the deploy stops on
-    by itself before it builds)."""
+def _image_house(runtime: str, image: dict, wheelhouse: "str | Path"
+                 ) -> tuple[Optional[Wheelhouse], tuple[str, ...], str]:
+    """The wheelhouse a plan's ``image`` (its JSON: ``variant``, ``wheelhouse``) installs
+    from (None: not one, or no wheels there), and the image's own distributions (the
+    catalogue's pip) and architecture."""
     house = None
-    if plan.runtime != "none" and plan.image.wheelhouse:
+    if runtime != "none" and image.get("wheelhouse"):
         house = Wheelhouse.read(wheelhouse)
         house = house if house.distributions else None
     own: tuple[str, ...] = ()
@@ -319,9 +332,31 @@ def plan_warning(plan, request, files: list[tuple[str, str]], wheelhouse: "str |
         from .catalogue import load_catalogue
 
         try:
-            variant = load_catalogue().variant(plan.image.variant)
+            variant = load_catalogue().variant(image.get("variant"))
             own, arch = variant.pip, variant.arch
         except KeyError:
             pass
+    return house, own, arch
+
+
+def image_wheels(runtime: str, image: dict, wheelhouse: "str | Path") -> Optional[list[str]]:
+    """The wheels of ``wheelhouse`` that a plan's ``image`` (its JSON) installs
+    (``Wheelhouse.wheels_for`` its own distributions and the request's ``pip_packages``):
+    the deploy copies these to its build, not a wheelhouse that serves other images too.
+    None: copy it all."""
+    house, own, arch = _image_house(runtime, image, wheelhouse)
+    if house is None or not own:
+        return None
+    return house.wheels_for([*own, *image.get("pip_packages", ())], arch)
+
+
+def plan_warning(plan, request, files: list[tuple[str, str]], wheelhouse: "str | Path",
+                 default: bool = True) -> Optional[str]:
+    """The plan's warning about what its job would lack (None: nothing to say): the user's
+    modules not sent, for every plan; and, for an image that installs from a wheelhouse, the
+    imports and distributions that no wheel there provides (not known for an image from a
+    package index, or none; nor for a wheelhouse without wheels, which the deploy stops on
+    by itself before it builds)."""
+    house, own, arch = _image_house(plan.runtime, plan.image.model_dump(), wheelhouse)
     found = check(files, request.application.script, plan.image.pip_packages, house, own, arch)
     return found.warning(plan.image.variant, Path(wheelhouse), default)

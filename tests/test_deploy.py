@@ -165,6 +165,42 @@ def test_a_build_without_wheels_stops_before_it_saying_how_to_get_them(deploy):
     assert not deploy.store.path.exists() or deploy.store.rows() == []
 
 
+def test_a_build_is_given_the_wheels_its_image_installs_not_the_whole_wheelhouse(deploy):
+    """A wheelhouse that serves other images too: the build context receives the wheels of
+    the image's own distributions and what they require, not the others. (The wheels here
+    are stand-ins that pip refuses: the build fails at its install, and says so.)"""
+    house = deploy.tmp / "shared-wheels"
+    wheels = {"torch-2.13.0": ("filelock",), "numpy-2.4.6": (), "filelock-4.3.2": (),
+              "tensorflow_cpu-2.21.0": ("numpy",), "transformers-5.25.0": ("filelock",)}
+    for name, requires in wheels.items():
+        _stand_in_wheel(house, name, requires)
+    target = {"scheduler": "slurm", "container_runtime": "podman", "partitions": ["debug"],
+              "frontend": {"host": "127.0.0.1", "port": 2222, "user": "hpcuser",
+                           "work_dir": "modak-runs"},
+              "image_dir": f"{deploy.work.name}/images"}  # (no image built there)
+    proc = deploy(modak_wheelhouse=str(house), modak_target=target)
+    assert proc.returncode != 0  # (pip refuses the stand-ins)
+    assert _task(proc.stdout, "Copy the wheels the image installs") == "changed"
+    assert _task(proc.stdout, "Copy the wheelhouse") == "skipping"
+    (context,) = [p for p in (deploy.work / "images").glob("build-*") if p.is_dir()]
+    assert sorted(p.name for p in (context / "wheels").iterdir()) == [
+        "filelock-4.3.2-py3-none-any.whl", "numpy-2.4.6-py3-none-any.whl",
+        "torch-2.13.0-py3-none-any.whl"]
+    assert "Submit the job" not in proc.stdout
+
+
+def _stand_in_wheel(directory, name, requires):
+    """A wheel file with a name and metadata but no WHEEL file: read as a wheel by the
+    plan, refused by pip."""
+    import zipfile
+    directory.mkdir(parents=True, exist_ok=True)
+    dist, version = name.split("-")
+    with zipfile.ZipFile(directory / f"{name}-py3-none-any.whl", "w") as z:
+        z.writestr(f"{dist}/__init__.py", "")
+        z.writestr(f"{dist}-{version}.dist-info/METADATA", f"Name: {dist}\nVersion: {version}\n"
+                   + "".join(f"Requires-Dist: {r}\n" for r in requires))
+
+
 def test_pbs_wrappers_run_the_pbs_script(deploy):
     proc = deploy(env={"MODAK_SCHEDULER": "pbs"}, inputs={"job_name": "mnist-pbs"})
     ok(proc)

@@ -115,6 +115,11 @@ def test_a_wheelhouse_installs_the_closure_of_its_images_requirements(tmp_path):
     assert read.installed(["app"]) == {"app", "lib-a", "lib-b", "speedup", "legacy"}
     assert read.installed(["app[plots]", "missing"], arch="aarch64") == {
         "app", "lib-a", "lib-b", "speedup", "legacy", "extra-dep", "armonly"}
+    # the wheels its build is given: those of the closure, every version of each there
+    assert read.wheels_for(["app"]) == [f"{n}-py3-none-any.whl" for n in (
+        "app-0.9", "app-1.0", "legacy-1.0", "lib_a-1.2", "lib_b-1.0", "speedup-1.0")]
+    # not known for sure: a requirement without a wheel (the whole wheelhouse is given)
+    assert read.wheels_for(["app", "missing"]) is None
     # what the image does not install is missing, though a wheel of it is there
     script = _script(tmp_path, "import app, lib_b, unrelated\n")
     found = check([script], "train.py", ["app"], read)
@@ -236,23 +241,40 @@ def test_the_deploys_plan_says_it_as_a_warning_with_the_plays_wheelhouse(tmp_pat
     house = tmp_path / "my wheels"
     _wheel(house, "torch-2.13.0", ["torch/__init__.py"])
     playbook = tmp_path / "plan.yml"
+    debug = {"ansible.builtin.debug": {
+        "msg": "DIRS {{ planned.dirs.wheelhouse }} WHEELS {{ planned.wheels | join(' ') "
+               "if planned.wheels is not none else 'null' }}"}}
     playbook.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [
         {"name": "plan", "modak.modak.modak_plan": {
             "request": str(request), "infra": str(tmp_path / "infra.yaml"), "model": "none",
             "out_dir": str(tmp_path / "plans"), "wheelhouse": str(house)},
-         "register": "planned"},
-        {"ansible.builtin.debug": {"msg": "DIRS {{ planned.dirs.wheelhouse }}"}}]}]))
-    proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(playbook)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, MODAK_HOME=str(tmp_path / "home"),
-                                   ANSIBLE_NOCOLOR="1", COLUMNS="1000"))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    out = " ".join((proc.stdout + proc.stderr).split())
+         "register": "planned"}, debug]}]))
+
+    def play():
+        proc = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                               str(playbook)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, ANSIBLE_NOCOLOR="1",
+                                                    MODAK_HOME=str(tmp_path / "home"),
+                                                    COLUMNS="1000"))
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return " ".join((proc.stdout + proc.stderr).split())
+
+    out = play()
     assert "[WARNING]: the job imports 'sklearn' (train.py line 2)" in out
     assert "the image installs 'numpy', which the wheelhouse" in out  # the image's own
     assert "modak wheelhouse --image pytorch-2.13.0-cpu --dir '" + str(house) + \
         "' scikit-learn`" in out
-    assert f"DIRS {house}" in out  # where the image's build then looks for its wheels
+    # where the image's build then looks for its wheels; with NumPy's wheel missing, all
+    assert f"DIRS {house} WHEELS null" in out
+    # with every wheel the image installs there, just those: not a wheelhouse's others
+    _wheel(house, "numpy-2.4.6", ["numpy/__init__.py"])
+    _wheel(house, "jax-0.9", ["jax/__init__.py"], ("numpy",))
+    _wheel(house, "torch-2.12.0", ["torch/__init__.py"], ("filelock",))
+    _wheel(house, "filelock-4.3.2", ["filelock/__init__.py"])
+    out = play()  # (the same request: its pinned plan, which says it too)
+    assert f"DIRS {house} WHEELS filelock-4.3.2-py3-none-any.whl " \
+        "numpy-2.4.6-py3-none-any.whl torch-2.12.0-py3-none-any.whl " \
+        "torch-2.13.0-py3-none-any.whl" in out, out[-2000:]
 
 
 def test_a_run_that_failed_on_an_import_names_every_import_its_python_lacks(tmp_path):

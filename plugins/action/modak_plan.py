@@ -53,7 +53,7 @@ class ActionModule(ActionBase):
             from modak_lib.perf.search import TRIAL_SEED
             from modak_lib.errors import ModakError
             from modak_lib.files import write_atomic
-            from modak_lib.imports import plan_warning
+            from modak_lib.imports import image_wheels, plan_warning
             from modak_lib.models import Configuration
             from modak_lib.paths import user_dir
             from modak_lib.wheelhouse import default_dir as wheelhouse_dir
@@ -123,6 +123,8 @@ class ActionModule(ActionBase):
                 plan["image"]["builder"] = RUNTIMES[plan["runtime"]].builder(
                     wheelhouse=plan["image"].get("wheelhouse", False))
             pinned.update(changed=False, app_files=shipped, dirs=dirs,
+                          wheels=image_wheels(plan["runtime"], plan["image"],
+                                              dirs["wheelhouse"]),
                           msg="reusing the plan of run %s (ask for a new run to plan "
                           "again)" % pinned["run_id"])
             result.update(pinned)
@@ -197,8 +199,10 @@ class ActionModule(ActionBase):
                                                     plan.plan.decided_by))
         if not self._play_context.check_mode:
             pins.put(key, summary)
-        result.update(summary, changed=changed, plan=json.loads(plan.files["plan.json"]),
-                      app_files=shipped, dirs=dirs)
+        planned = json.loads(plan.files["plan.json"])
+        result.update(summary, changed=changed, plan=planned, app_files=shipped, dirs=dirs,
+                      wheels=image_wheels(planned["runtime"], planned["image"],
+                                          dirs["wheelhouse"]))
         return result
 
     @staticmethod

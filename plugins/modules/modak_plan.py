@@ -211,6 +211,17 @@ dirs:
       fetched to RESULTS/RUN_ID) and C(wheelhouse) (wheels copied into offline image builds).
   returned: success
   type: dict
+wheels:
+  description:
+    - The wheels of the wheelhouse (file names in C(dirs.wheelhouse)) that the image installs -
+      its own distributions and the request's C(pip_packages), with what they require - which
+      are all an image's build is given of a wheelhouse that serves several images.
+    - C(null) where that is not known for sure (an image that installs no wheels, a wheelhouse
+      without wheels or with a wheel that cannot be read, a distribution without a wheel) -
+      the build is given the whole wheelhouse.
+  returned: success
+  type: list
+  elements: str
 app_files:
   description:
     - What the run directory receives - the user's files and the runtime (C(modak_runtime/)),

@@ -1,11 +1,14 @@
 """``modak``: the command line.
 
     modak init [DIR]                  a blueprint, its script and an inventory to start from
+    modak init --script FILE [DIR]    a blueprint around the user's own script in DIR
     modak plan REQUEST [--infra FILE] [--inputs FILE] [--out DIR [--new-run]] [--json]
     modak model fit|eval|predict|plot [--json]
     modak probe [--infra FILE]        measure this host's GFLOP/s and bandwidth for the model
     modak tosca-types [--json]        the installed TOSCA types' path
     modak schema [--only NAME]
+    modak wheelhouse [--image ID] [PKG ...]   wheels for offline image builds
+    modak opera validate|deploy|outputs|undeploy REQUEST [--infra FILE] [--inputs FILE]
 
 ``-q`` prints only the result (and errors), ``-v`` adds what MODAK did to get it (the
 model it loaded or fitted, timings); ``--json`` prints the data instead of the table.
@@ -47,6 +50,21 @@ def _parser() -> argparse.ArgumentParser:
     def add_parser(name, **kw):
         return add(name, parents=[common], **kw)
     sub.add_parser = add_parser  # type: ignore[method-assign]
+
+    opera = sub.add_parser("opera", help="deploy a request with xOpera (its CSAR written "
+                           "from the request as MODAK reads it, with the installed types and "
+                           "the collection's playbooks)")
+    opera.add_argument("action", choices=["validate", "deploy", "outputs", "undeploy"])
+    opera.add_argument("request", help="TOSCA blueprint or MODAK DSL document")
+    opera.add_argument("--infra", help="the target's hardware, as for modak plan")
+    opera.add_argument("--inputs", help="TOSCA inputs (YAML or JSON mapping)")
+    opera.add_argument("--new-run", action="store_true",
+                       help="deploy: plan the request as a new run (MODAK_NEW_RUN=1)")
+    opera.add_argument("--clean", action="store_true",
+                       help="deploy: forget an earlier deployment of this file (another "
+                       "request, or a new run), whose run stays on the front-end")
+    opera.add_argument("--format", choices=["yaml", "json"],
+                       help="outputs: opera's output format")
 
     init = sub.add_parser("init", help="write a starting blueprint, its training script, "
                           "the TOSCA types, an infrastructure file and an inventory")
@@ -470,6 +488,16 @@ def cmd_tosca_types(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_opera(args: argparse.Namespace) -> int:
+    """``opera ACTION`` for a request anywhere (``modak_lib.opera``)."""
+    from .opera import run
+
+    extra = ("--format", args.format) if args.format and args.action == "outputs" else ()
+    return run(args.action, Path(args.request), infra=args.infra,
+               inputs=_inputs(args.inputs), new_run=args.new_run, extra=extra,
+               clean=args.clean)
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     """A starting point in the user's own directory: the example blueprint (importing the
     TOSCA types copied beside it), its training script, an infrastructure file for this
@@ -591,7 +619,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return {"plan": cmd_plan, "schema": cmd_schema, "model": cmd_model,
                 "probe": cmd_probe, "tosca-types": cmd_tosca_types,
-                "wheelhouse": cmd_wheelhouse,
+                "wheelhouse": cmd_wheelhouse, "opera": cmd_opera,
                 "init": cmd_init}[args.command](args)
     except InputError as exc:
         for line in exc.format().splitlines():

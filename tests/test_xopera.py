@@ -117,3 +117,49 @@ def test_an_opera_deploy_asks_for_a_new_run_through_its_environment(tmp_path, fi
     assert create("") == again
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
         f"mnist-cnn-{first}", f"mnist-cnn-{again}"]
+
+
+def test_modak_opera_deploys_a_users_own_script_from_anywhere(opera, tmp_path):
+    """`modak opera` deploys a blueprint outside this checkout (here one that `modak init
+    --script` wrote around a user's script, with its hardware from an infrastructure
+    file): xOpera runs the operations of the installed collection on the CSAR MODAK wrote,
+    and the run's outputs and undeploy find that deployment by its file."""
+    proj = tmp_path / "someone" / "tiny-lm"
+    proj.mkdir(parents=True)
+    (proj / "train.py").write_text((ROOT / "tests/user_scripts/tiny_lm.py").read_text())
+    env = dict(os.environ, MODAK_HOME=str(tmp_path / "home"),
+               MODAK_RESULTS=str(tmp_path / "results.sqlite"),
+               MODAK_MODEL=str(tmp_path / "model.joblib"),
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / "build/collections"),
+               OPERA_SSH_USER="hpcuser",
+               OPERA_SSH_IDENTITY_FILE="/var/tmp/modak-frontend/id_ed25519",
+               MODAK_KNOWN_HOSTS="/var/tmp/modak-frontend/known_hosts")
+    opera("validate", "-i", str(EXAMPLES / "inputs-local.yaml"),
+          str(EXAMPLES / "mnist-cnn-slurm.yaml"))  # (scripts/opera installs xOpera)
+
+    def modak(*args):
+        proc = subprocess.run(["modak", *args], cwd=proj, env=env, capture_output=True,
+                              text=True, timeout=1200)
+        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    modak("init", "--script", "train.py")
+    bp = yaml.safe_load((proj / "blueprint.yaml").read_text())
+    bp["topology_template"]["inputs"]["steps"]["default"] = "12"
+    opt = bp["topology_template"]["node_templates"]["tiny-lm"]["properties"]["optimisation"]
+    opt["enable_autotuning"] = False  # (xOpera's operations deploy the plan's choice)
+    (proj / "blueprint.yaml").write_text(yaml.safe_dump(bp))
+    infra = str(ROOT / "examples/infra/local-frontend.yaml")
+    modak("opera", "deploy", "blueprint.yaml", "--infra", infra)
+    text = modak("opera", "outputs", "blueprint.yaml", "--format", "json")
+    out = json.loads(text[text.index("{"):])
+    values = {k: v["value"] if isinstance(v, dict) and "value" in v else v for k, v in out.items()}
+    assert values["job_state"] == "COMPLETED", values
+    assert float(values["measured_seconds_per_step"]) > 0
+    run_dir = Path("/home/hpcuser/modak-runs") / f"tiny-lm-{values['run_id']}"
+    assert (run_dir / "train.py").read_text() == (proj / "train.py").read_text()
+    (row,) = ResultsStore(tmp_path / "results.sqlite").rows()
+    assert row["steps"] == 12 and row["workload"] == "tiny-lm"
+    assert Path(values["results_dir"]).parent == tmp_path / "home" / "results"
+    modak("opera", "undeploy", "blueprint.yaml")
+    assert not run_dir.exists()

@@ -36,7 +36,7 @@ from modak_runtime.imports import required_imports, syntax_tree
 from .errors import ModakError
 from .imports import ALWAYS, STDLIB, Wheelhouse, distribution_for, local_modules
 from .readers.appfiles import application_files, unsent_names, written_constants
-from .validate import check_relative
+from .validate import check_output, check_relative
 
 # option names (without dashes, "_" as "-", lower case) that say how long the job trains
 STEP_OPTIONS = frozenset({
@@ -58,6 +58,7 @@ _SUFFIXES = ("-cpu", "-gpu")
 MAX_OUTPUTS = 8  # outputs read from the script, at most
 SHOWN_OPTIONS = 12  # options the comment lists; the rest are counted
 MAX_DATA_BYTES = 256 * 1024 * 1024  # data beside the script sent with it, at most
+MAX_FILES = 2000  # files of it
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,11 @@ class Facts:
     files: list[str] = field(default_factory=list)    # empty: as MODAK finds them
     data: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)  # what it writes (run directory)
+
+    @property
+    def unsent(self) -> list[str]:
+        """The data it names beside it that ``files`` does not send."""
+        return [d for d in self.data if d not in self.files]
 
 
 def _call_name(func: ast.AST) -> Optional[str]:
@@ -295,10 +301,10 @@ def read_script(base: Path, script: str, framework: Optional[str] = None,
                 if id(node) in written and len(facts.outputs) < MAX_OUTPUTS:
                     _output(facts.outputs, node.value)
     data = unsent_names(request, sent, base)
-    size = sum(_size(base / d) for d in data)
-    if data and size <= MAX_DATA_BYTES:
+    sendable = [d for d in data if _valid(check_relative, d)]
+    if sendable and _size(base, sendable) <= MAX_DATA_BYTES:
         tops = sorted({dest.split("/", 1)[0] for _, dest in sent if dest != script})
-        facts.files = [script, *tops, *data]
+        facts.files = [script, *(t for t in tops if _valid(check_relative, t)), *sendable]
     facts.data = data
     return facts
 
@@ -322,7 +328,7 @@ def _output(out: list[str], name: str) -> None:
     """``name`` (a path the script writes) as an output: its first part, where it is a
     plain relative path."""
     try:
-        first = check_relative(name, "output").split("/", 1)[0]
+        first = check_output(name).split("/", 1)[0]
     except ValueError:
         return
     if first not in out and not first.startswith(".") and first != "..":
@@ -334,10 +340,34 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+def _valid(check, value: str) -> bool:
+    try:
+        check(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _size(base: Path, names: list[str]) -> int:
+    """The bytes of ``names`` (files or folders of ``base``), counted up to just past
+    :data:`MAX_DATA_BYTES` or :data:`MAX_FILES` files (a data set's folder is not walked
+    whole)."""
+    total = count = 0
+    for name in names:
+        path = base / name
+        if path.is_file():
+            total += path.stat().st_size
+            continue
+        for root, dirs, files in os.walk(path):
+            for f in files:
+                count += 1
+                try:
+                    total += os.lstat(os.path.join(root, f)).st_size
+                except OSError:
+                    pass
+                if total > MAX_DATA_BYTES or count > MAX_FILES:
+                    return MAX_DATA_BYTES + 1
+    return total
 
 
 def _yaml(value: object) -> str:

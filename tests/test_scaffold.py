@@ -97,6 +97,37 @@ def test_the_blueprint_says_what_the_script_says_and_plans(project, capsys):
     assert request.application.model == "speech-tagger" and request.application.batch_size == 32
 
 
+def test_data_it_cannot_send_is_named_not_listed(tmp_path, capsys, monkeypatch):
+    """A data file whose name a path may not have (a space), or a data set too large to
+    send, is said in a comment, not listed in application.files (the blueprint would not
+    read back)."""
+    monkeypatch.setenv("MODAK_HOME", str(tmp_path / "home"))
+    import modak_lib.scaffold as scaffold
+    monkeypatch.setattr(scaffold, "MAX_FILES", 5)
+    (tmp_path / "fit.py").write_text(
+        "import torch\nopen('my labels.csv').read()\nopen('small.csv').read()\n"
+        "import os\nos.listdir('images')\n")
+    (tmp_path / "my labels.csv").write_text("a\n")
+    (tmp_path / "small.csv").write_text("a\n")
+    (tmp_path / "images").mkdir()
+    for i in range(8):
+        (tmp_path / "images" / f"{i}.png").write_text("x")
+    code, _, err = _init(capsys, "--script", "fit.py", str(tmp_path))
+    assert code == 0, err
+    name, app, doc = _application(tmp_path / "blueprint.yaml")
+    assert "files" not in app  # (the script is found alone, as MODAK finds it)
+    assert "not sent (more than MODAK sends, or a name a\n          # path here may not " \
+        "have): images, my labels.csv, small.csv" in (tmp_path / "blueprint.yaml").read_text()
+    (tmp_path / "images" / "7.png").unlink()
+    for i in range(3, 7):
+        (tmp_path / "images" / f"{i}.png").unlink()
+    code, _, err = _init(capsys, "--force", "--script", "fit.py", str(tmp_path))
+    assert code == 0, err
+    assert _application(tmp_path / "blueprint.yaml")[1]["files"] == ["fit.py", "images",
+                                                                     "small.csv"]
+    assert "path here may not have): my labels.csv;" in (tmp_path / "blueprint.yaml").read_text()
+
+
 def test_a_keras_script_gets_its_backend_and_the_image_of_it(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("MODAK_HOME", str(tmp_path / "home"))
     (tmp_path / "fit_torch.py").write_text(

@@ -783,11 +783,13 @@ def test_a_trial_its_cap_stopped_while_compiling_reaches_the_search_with_its_clo
     assert search_module.compiling_in(jem, [trial], 9.9)
 
 
-def test_a_trial_that_built_its_image_spends_the_build_once():
-    """The trial that built its image (a Charliecloud image for the job's dataset: 80 s here)
-    spent that of the budget, but the later trials, whose image is there, are foreseen by
-    its time around its job alone: what a candidate's cap leaves beyond it, what the round
-    keeps for stock's second trial, and the cap itself are as if it had found the image."""
+def test_a_trial_that_built_another_image_spends_the_build_once_and_stocks_not():
+    """A trial that built its image (another image than stock's: 80 s here) spent that of
+    the budget, but the later trials, whose image is there, are foreseen by its time around
+    its job alone: what a candidate's cap leaves beyond it, what the round keeps for
+    stock's second trial, and the cap itself are as if it had found the image. Stock's
+    image, which its trial built (a fresh front-end's first search), is not spent of the
+    budget at all: the job needs it whatever the search chooses."""
     pytest.importorskip("ansible")
     sys.path.insert(0, str(ROOT / "build/collections"))  # scripts/setup-venv links it
     try:
@@ -796,7 +798,8 @@ def test_a_trial_that_built_its_image_spends_the_build_once():
     finally:
         sys.path.pop(0)
     from modak_runtime.record import loss_figures
-    rec = {"status": "capped", "configuration": STOCK.model_dump(mode="json"),
+    other = STOCK.model_copy(update={"image": "pytorch-2.13.0-cpu-src"})
+    rec = {"status": "capped", "configuration": other.model_dump(mode="json"),
            "metrics": {"steps": 10, "s_per_step": 0.05, "final_loss": 3.0,
                        "losses": _descending(10), "startup_s": 2.0, "wall_s": 3.0,
                        "runtime_s": 3.0}}
@@ -806,7 +809,8 @@ def test_a_trial_that_built_its_image_spends_the_build_once():
     built = ActionModule._trial({**rec, "elapsed_s": 4.0, "path_s": 89.5, "build_s": 80.0},
                                 Trial, Configuration, STOCK)
     assert (found.path_s, found.build_s) == (pytest.approx(5.5), 0.0)
-    assert (built.path_s, built.build_s) == (pytest.approx(5.5), 80.0)
+    assert (built.path_s, built.build_s, built.shared_build_s) == (pytest.approx(5.5), 80.0,
+                                                                   0.0)
     assert search_module.cost(built) == pytest.approx(search_module.cost(found) + 80.0)
     assert beyond_cap(built) == pytest.approx(beyond_cap(found))
     h = Halving([COMPILE], STOCK, job_steps=20000, budget_s=200)
@@ -815,6 +819,17 @@ def test_a_trial_that_built_its_image_spends_the_build_once():
     # spent: 89.5 s of the 200, not 9.5: the candidate's cap is 80 s shorter
     assert h.cap(COMPILE, [built]) == pytest.approx(h.cap(COMPILE, [found]) - 80.0, abs=0.11)
     assert h.cap(COMPILE, [found]) > 100
+    # stock's own image: built in its trial, not spent
+    rec["configuration"] = STOCK.model_dump(mode="json")
+    stock_built = ActionModule._trial({**rec, "elapsed_s": 4.0, "path_s": 89.5,
+                                       "build_s": 80.0}, Trial, Configuration, STOCK)
+    assert (stock_built.path_s, stock_built.build_s, stock_built.shared_build_s) == (
+        pytest.approx(5.5), 0.0, 80.0)
+    assert search_module.cost(stock_built) == pytest.approx(9.5)
+    outcome = search_module.Outcome(STOCK, STOCK, [stock_built], spent_s=9.5, budget_s=200,
+                                    rounds=1)
+    assert outcome.summary().endswith("9.5 s of a 200 s budget; building stock's image, "
+                                      "80 s, not counted: the job needs it"), outcome.summary()
 
 
 def test_which_compilations_a_capped_one_rules_out():

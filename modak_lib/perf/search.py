@@ -262,6 +262,12 @@ class Trial:
     # a job's dataset took 80 s here, beside trials of 4 s, and the search foresaw every
     # later trial at 86 s
     build_s: float = 0.0
+    # what building stock's image took, where its trial built it: not spent of the budget,
+    # since the job needs that image whatever the search chooses among the runtime's knobs
+    # (a fresh front-end's first search had its whole budget spent on it: a 2-3 minute
+    # build here, beside trials of seconds, and nothing but stock tried); another image's
+    # build is a trial's cost (``build_s``)
+    shared_build_s: float = 0.0
 
 
 def _script_broke(trial: Optional[Trial]) -> Optional[str]:
@@ -439,6 +445,10 @@ class Outcome:
         if self.spent_s > self.budget_s:
             stock = sum(cost(t) for t in self.trials if t.configuration == self.stock)
             line += f" (stock's trials, which always run, took {_secs(stock)} s of it)"
+        shared = sum(t.shared_build_s for t in self.trials)
+        if shared:
+            line += (f"; building stock's image, {_secs(shared)} s, not counted: the job "
+                     "needs it")
         return line
 
 

@@ -270,12 +270,17 @@ class ActionModule(ActionBase):
         build = float(rec.get("build_s") or 0.0)
         path = max(0.0, float(rec.get("path_s") or 0.0) - float(rec.get("elapsed_s") or 0.0)
                    - build)
+        # (stock's image, which its trial built: the job needs it, whichever of the
+        # runtime's knobs the search chooses; not a trial's cost: search.Trial)
+        shared = build if config.image == stock.image else 0.0
+        build -= shared
         refused = departures(rec.get("not_applied") or {}, config, stock)
         failed = None
         if rec.get("status") == "skipped":  # (not run: Halving.skip said why)
             return Trial(config, 0, None,
                          failed=(rec.get("error") or {}).get("message") or "not tried",
-                         skipped=True, path_s=path, build_s=build)
+                         skipped=True, path_s=path, build_s=build,
+                         shared_build_s=shared)
         if rec.get("status") == "failed" or not m.get("s_per_step"):
             failed = ((rec.get("error") or {}).get("message") or rec.get("status")
                       or "no figures")
@@ -292,7 +297,8 @@ class ActionModule(ActionBase):
                      start_loss=m.get("start_loss"), refused=refused,
                      script_error=script_error(failed, rec.get("error")),
                      losses=m.get("losses") or (),
-                     steps_per_epoch=m.get("steps_per_epoch"), path_s=path, build_s=build)
+                     steps_per_epoch=m.get("steps_per_epoch"), path_s=path, build_s=build,
+                     shared_build_s=shared)
 
 
 def _s(trial, halving, job_seconds):

@@ -500,8 +500,9 @@ def cmd_opera(args: argparse.Namespace) -> int:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """A starting point in the user's own directory: the example blueprint (importing the
-    TOSCA types copied beside it), its training script, an infrastructure file for this
-    machine and an Ansible inventory for ``ansible-playbook modak.modak.deploy``."""
+    TOSCA types copied beside it) and its training script, or with ``--script`` a blueprint
+    around the user's own (``modak_lib.scaffold``); an infrastructure file for this machine
+    and an Ansible inventory for ``ansible-playbook modak.modak.deploy``."""
     from .files import check_targets, write_atomic
     data = Path(__file__).parent / "data"
     out = Path(args.dir)

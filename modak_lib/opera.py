@@ -42,11 +42,6 @@ ACTIONS = ("validate", "deploy", "outputs", "undeploy")
 INSTALL_OPERA = ("pip install --no-deps opera==0.7.0 opera-tosca-parser==0.2.2 shtab "
                  "'setuptools<81' (xOpera 0.7.0's own PyYAML pin does not build on Python "
                  "3.11; MODAK's dependencies are what it needs)")
-# the HPCTarget properties the job's operations are given (modak-types.yaml's interface)
-TARGET_PROPERTIES = ("scheduler", "frontend", "partitions", "cores_per_node", "nodes",
-                     "memory_gb", "cpu_arch", "microarchitecture", "cpu_features",
-                     "accelerators", "container_runtime", "image_dir", "max_build_hours",
-                     "peak_gflops", "peak_gflops_bf16", "memory_bandwidth_gbs")
 OUTPUTS = {"run_id": "run_id", "chosen_configuration": "chosen_configuration",
            "decided_by": "decided_by", "predicted_seconds_per_step": "predicted_seconds",
            "image": "image", "job_id": "job_id", "job_state": "job_state",
@@ -91,21 +86,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _clock(seconds: int) -> str:
-    days, rest = divmod(int(seconds), 86400)
-    clock = f"{rest // 3600:02d}:{rest % 3600 // 60:02d}:{rest % 60:02d}"
-    return f"{days}-{clock}" if days else clock
-
-
 def entry_blueprint(request: JobRequest) -> dict[str, Any]:
     """The CSAR's entry: ``request`` as a blueprint of literal values (what the request's
     models hold in another form than the TOSCA types', written back in theirs: a wall time
     in seconds as D-HH:MM:SS, the mail events as one string)."""
+    from .readers.common import load_document
+    from .readers.tosca import TARGET_TYPE, installed_types
+    from .validate import slurm_walltime
+
+    # (the properties of MODAK's target type: the Target model has more, its name)
+    properties = load_document(installed_types())["node_types"][TARGET_TYPE]["properties"]
     target = request.target.model_dump(mode="json", exclude_defaults=True)
-    target = _plain({k: v for k, v in target.items() if k in TARGET_PROPERTIES})
+    target = _plain({k: v for k, v in target.items() if k in properties})
     options = request.job.model_dump(mode="json", exclude_defaults=True)
-    if options.get("wall_time_limit") is not None:
-        options["wall_time_limit"] = _clock(options["wall_time_limit"])
+    if options.get("wall_time_limit") is not None:  # (TOSCA's is a string: D-HH:MM:SS)
+        options["wall_time_limit"] = slurm_walltime(options["wall_time_limit"])
     if options.get("mail_events"):
         options["mail_events"] = ",".join(options["mail_events"])
     job = _plain({
@@ -144,9 +139,10 @@ def same_request(request: JobRequest, written: JobRequest) -> None:
                              f"the request: {', '.join(differ)} differ")
 
 
-def write_csar(request: JobRequest, files: list[tuple[str, str]], where: Path,
-               playbooks: Path) -> Path:
-    """The CSAR folder ``where/csar`` (made anew) and its zip ``where/modak.csar``."""
+def write_csar(request: JobRequest, entry_doc: dict[str, Any],
+               files: list[tuple[str, str]], where: Path, playbooks: Path) -> Path:
+    """The CSAR folder ``where/csar`` (made anew), with ``entry_doc`` (``entry_blueprint``
+    of ``request``) as its entry, and its zip ``where/modak.csar``."""
     from .readers import read_request
     from .readers.tosca import installed_types
 
@@ -162,8 +158,7 @@ def write_csar(request: JobRequest, files: list[tuple[str, str]], where: Path,
     shutil.copytree(playbooks, csar / "playbooks",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     entry = "modak-request.yaml"
-    (csar / entry).write_text(yaml.safe_dump(entry_blueprint(request), sort_keys=False),
-                              encoding="utf-8")
+    (csar / entry).write_text(yaml.safe_dump(entry_doc, sort_keys=False), encoding="utf-8")
     same_request(request, read_request(csar / entry))
     (csar / "TOSCA-Metadata" / "TOSCA.meta").write_text(
         "TOSCA-Meta-File-Version: 1.1\nCSAR-Version: 1.1\n"
@@ -205,7 +200,8 @@ def run(action: str, request_file: Path, infra: Optional[Path] = None,
         request = read_request(request_file, infra=infra, inputs=inputs or {})
         files = application_files(request)
         playbooks = collection_playbooks()
-        digest = hashlib.sha256(yaml.safe_dump(entry_blueprint(request)).encode()
+        entry = entry_blueprint(request)
+        digest = hashlib.sha256(yaml.safe_dump(entry).encode()
                                 + files_digest(files).encode()).hexdigest()
         mark = where / "deployed.sha256"
         if action == "deploy" and _deployed(state):
@@ -219,7 +215,7 @@ def run(action: str, request_file: Path, infra: Optional[Path] = None,
             args.insert(2, "--clean-state" if clean else "--resume")
             args.insert(3, "--force")
         where.mkdir(parents=True, exist_ok=True)
-        args.append(str(write_csar(request, files, where, playbooks)))
+        args.append(str(write_csar(request, entry, files, where, playbooks)))
         if action == "deploy":
             mark.write_text(digest + "\n")
     elif not _deployed(state):

@@ -547,6 +547,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def _own_script(out: Path, script: str, framework: Optional[str]):
     """``modak init --script``: the user's script in ``out``, read (``scaffold``)."""
+    from .readers.appfiles import through_link
     from .scaffold import read_script
     from .validate import check_relative
     from .wheelhouse import default_dir
@@ -563,8 +564,7 @@ def _own_script(out: Path, script: str, framework: Optional[str]):
     except ValueError as exc:
         raise ModakError(str(exc)) from None
     path = base / script
-    steps = [base.joinpath(*Path(script).parts[:i + 1]) for i in range(len(Path(script).parts))]
-    if script.startswith("../") or any(s.is_symlink() for s in steps):
+    if script.startswith("../") or through_link(base, script):
         raise ModakError(f"--script {script}: a symbolic link or a path leading outside {out}")
     if not path.is_file():
         raise ModakError(f"--script {script}: no such file in {out}")

@@ -105,11 +105,19 @@ class Wheelhouse:
 
     @classmethod
     def read(cls, directory: "str | Path") -> "Wheelhouse":
-        house = cls(Path(directory))
+        """The wheels of ``directory``, read once while none of them changes (a plan asks
+        for its warning and for its image's wheels; each read opens every wheel): the same
+        object, which callers do not change."""
         try:
-            wheels = sorted(house.directory.glob("*.whl"))
+            wheels = sorted(Path(directory).glob("*.whl"))
+            seen = tuple((w.name, w.stat().st_size, w.stat().st_mtime_ns) for w in wheels)
         except OSError:
-            wheels = []
+            wheels, seen = [], ()
+        return _read(cls, str(directory), seen)
+
+    @classmethod
+    def _read(cls, directory: str, wheels: list[Path]) -> "Wheelhouse":
+        house = cls(Path(directory))
         for wheel in wheels:
             dist = canonicalize_name(wheel.name.split("-", 1)[0])
             try:
@@ -136,7 +144,7 @@ class Wheelhouse:
         needs of the wheelhouse; None where that is not known for sure: a requirement
         without a wheel here (pip's error names it), or a wheel that could not be read."""
         requirements = [*requirements]
-        names = [_name(r) for r in requirements]
+        names = [requirement_name(r) for r in requirements]
         if self.unreadable or not names or any(n is None or n not in self.provides
                                                for n in names):
             return None
@@ -165,6 +173,12 @@ class Wheelhouse:
                         _holds(dep.marker, {**env, "extra": e}) for e in extras | {""})):
                     todo.append(dep)
         return found
+
+
+@functools.lru_cache(maxsize=4)
+def _read(cls, directory: str, seen: tuple) -> Wheelhouse:
+    """``Wheelhouse.read``'s read, for the wheels ``seen`` (name, size, time of change)."""
+    return cls._read(directory, [Path(directory, name) for name, _, _ in seen])
 
 
 def _requirement(text: str) -> Optional[Requirement]:
@@ -282,7 +296,8 @@ def _package(path: Path) -> bool:
         return False
 
 
-def _name(requirement: str) -> Optional[str]:
+def requirement_name(requirement: str) -> Optional[str]:
+    """A requirement's distribution, by its canonical name (None: not a requirement)."""
     req = _requirement(requirement)
     return canonicalize_name(req.name) if req is not None else None
 
@@ -308,13 +323,13 @@ def check(files: list[tuple[str, str]], script: str, requirements: Iterable[str]
     have = set().union(*(house.provides[d] for d in house.installed(own + requirements, arch)))
     missing = [i for i in imports if i not in unsent and i.module not in have]
     wanted: list[str] = []
-    for name in map(_name, own + requirements):
+    for name in map(requirement_name, own + requirements):
         if name and name not in house.distributions and name not in wanted:
             wanted.append(name)
     # an import whose distribution the image asks for is said once, as that distribution
     missing = [i for i in missing if canonicalize_name(i.module) not in wanted
                and distribution_for(i.module) not in wanted]
-    return Check(missing, wanted, unsent, frozenset(filter(None, map(_name, own))))
+    return Check(missing, wanted, unsent, frozenset(filter(None, map(requirement_name, own))))
 
 
 def _image_house(runtime: str, image: dict, wheelhouse: "str | Path"

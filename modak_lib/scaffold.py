@@ -34,8 +34,10 @@ from packaging.utils import canonicalize_name
 from modak_runtime.imports import required_imports, syntax_tree
 
 from .errors import ModakError
-from .imports import ALWAYS, STDLIB, Wheelhouse, distribution_for, local_modules
-from .readers.appfiles import application_files, unsent_names, written_constants
+from .imports import (ALWAYS, STDLIB, Wheelhouse, distribution_for, local_modules,
+                      requirement_name)
+from .readers.appfiles import (application_files, call_name, unsent_names,
+                               written_constants)
 from .validate import check_output, check_relative
 
 # option names (without dashes, "_" as "-", lower case) that say how long the job trains
@@ -113,11 +115,6 @@ class Facts:
         return [d for d in self.data if d not in self.files]
 
 
-def _call_name(func: ast.AST) -> Optional[str]:
-    return func.attr if isinstance(func, ast.Attribute) else \
-        func.id if isinstance(func, ast.Name) else None
-
-
 def _literal(node: Optional[ast.AST]) -> object:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, str, bool)):
         return node.value
@@ -133,7 +130,7 @@ def options(tree: ast.AST) -> list[Option]:
     """The script's ``add_argument`` calls with literal names, in the order of its lines."""
     found = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _call_name(node.func) == "add_argument"):
+        if not (isinstance(node, ast.Call) and call_name(node.func) == "add_argument"):
             continue
         names = [a.value for a in node.args
                  if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value]
@@ -180,7 +177,7 @@ def _keras_backend(tree: ast.AST) -> Optional[str]:
                 and isinstance(node.targets[0], ast.Subscript) \
                 and _literal(node.targets[0].slice) == "KERAS_BACKEND":
             value = _literal(node.value)
-        elif isinstance(node, ast.Call) and _call_name(node.func) == "setdefault" \
+        elif isinstance(node, ast.Call) and call_name(node.func) == "setdefault" \
                 and len(node.args) == 2 and _literal(node.args[0]) == "KERAS_BACKEND":
             value = _literal(node.args[1])
         if value in ("tensorflow", "jax", "torch"):
@@ -216,8 +213,7 @@ def _provided(variant, wheelhouse: Optional[Path]) -> set[str]:
     its requirements over the wheels there."""
     own = list(variant.pip) if variant is not None else []
     names = set()
-    for req in own:
-        name = canonicalize_name(re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0])
+    for name in filter(None, map(requirement_name, own)):
         for suffix in _SUFFIXES:
             name = name.removesuffix(suffix)
         names.add(name.replace("-", "_"))
@@ -317,7 +313,7 @@ def _trailing(tree: ast.AST) -> set[int]:
         rest: list[ast.AST] = []
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             rest = [node.right]
-        elif isinstance(node, ast.Call) and _call_name(node.func) in ("join", "Path",
+        elif isinstance(node, ast.Call) and call_name(node.func) in ("join", "Path",
                                                                       "PurePath"):
             rest = node.args[1:]
         out.update(id(n) for r in rest for n in ast.walk(r) if isinstance(n, ast.Constant))

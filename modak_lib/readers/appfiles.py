@@ -46,6 +46,12 @@ def _inside(path: Path, base: Path) -> bool:
     return True
 
 
+def through_link(base: Path, rel: str) -> bool:
+    """Whether ``rel`` (relative to ``base``) is a symbolic link, or lies under one."""
+    parts = Path(rel).parts
+    return any(base.joinpath(*parts[:i + 1]).is_symlink() for i in range(len(parts)))
+
+
 def _walk(top: Path, base: Path, out: list[tuple[str, str]], field: str, source: str,
           named: bool = False) -> None:
     """The files of ``top`` (a file, or a directory's tree) into ``out``; hidden entries
@@ -158,9 +164,7 @@ def application_files(request: JobRequest, base: "Optional[str | Path]" = None
         # the script itself, where its folder's walk left it out (``.train.py``, or a
         # script inside a hidden folder of its package): the request names it
         path = base / app.script
-        steps = [base.joinpath(*Path(app.script).parts[:i + 1])
-                 for i in range(len(Path(app.script).parts))]
-        if path.is_file() and not any(s.is_symlink() for s in steps) and _inside(path, base):
+        if path.is_file() and not through_link(base, app.script) and _inside(path, base):
             out.append((str(path), app.script))
     total = sum(os.path.getsize(src) for src, _ in out)
     if total > MAX_BYTES:
@@ -186,7 +190,7 @@ MAX_SETTINGS_BYTES = 1024 * 1024
 SETTINGS_SUFFIXES = (".json", ".yaml", ".yml", ".toml")
 
 
-def _call_name(func: ast.AST) -> Optional[str]:
+def call_name(func: ast.AST) -> Optional[str]:
     return func.attr if isinstance(func, ast.Attribute) else \
         func.id if isinstance(func, ast.Name) else None
 
@@ -198,7 +202,7 @@ def _path_constants(node: ast.AST) -> list[ast.Constant]:
         return [node]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
         return _path_constants(node.left) + _path_constants(node.right)
-    if isinstance(node, ast.Call) and _call_name(node.func) in ("join", "Path", "PurePath"):
+    if isinstance(node, ast.Call) and call_name(node.func) in ("join", "Path", "PurePath"):
         return [c for a in node.args for c in _path_constants(a)]
     return []
 
@@ -211,7 +215,7 @@ def written_constants(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
-        name = _call_name(node.func)
+        name = call_name(node.func)
         if name == "open" and node.args:
             mode = node.args[1] if len(node.args) > 1 else next(
                 (k.value for k in node.keywords if k.arg == "mode"), None)
